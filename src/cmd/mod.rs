@@ -1,0 +1,7 @@
+//! One module per subcommand. Each takes its clap arguments, resolves them into settings, acts,
+//! and returns an exit code.
+
+pub mod completions;
+pub mod migrate;
+pub mod publish;
+pub mod stats;

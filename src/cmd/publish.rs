@@ -1,0 +1,423 @@
+//! `outboxctl publish`: insert one event from flags, or many from JSON lines.
+//!
+//! Bulk mode is all-or-nothing per run: lines are parsed and inserted batch by batch inside one
+//! transaction that commits only after the last line, so memory stays bounded by the batch size
+//! while a bad line anywhere leaves the table exactly as it was.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sqlx::Connection;
+use uuid::Uuid;
+
+use crate::cli::PublishArgs;
+use crate::config::DbConfig;
+use crate::db::{self, publish::NewEvent};
+use crate::exit::CodedError;
+use crate::output;
+
+/// Tenant used when none is given: the nil uuid.
+pub const DEFAULT_TENANT: Uuid = Uuid::nil();
+
+#[derive(Debug, Serialize)]
+pub struct PublishReport {
+    pub inserted: u64,
+    pub duplicates: u64,
+    pub elapsed_ms: u64,
+    pub events: Vec<PublishedEvent>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PublishedEvent {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    pub id: i64,
+    pub idempotency_key: String,
+}
+
+pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
+    let cfg = DbConfig::from_args(&args.db)?;
+    let json = args.output.json;
+    let report = match &args.file {
+        Some(path) => {
+            let reader: Box<dyn Read + Send> = if path.as_os_str() == "-" {
+                Box::new(std::io::stdin())
+            } else {
+                Box::new(std::fs::File::open(path).map_err(|e| {
+                    CodedError::usage(format!("cannot read --file {}: {e}", path.display()))
+                })?)
+            };
+            let pool = db::pool_migrated(&cfg, 1).await?;
+            let mut conn = pool.acquire().await?;
+            publish_lines(
+                &mut conn,
+                BufReader::with_capacity(1 << 20, reader),
+                args.batch_size as usize,
+                json,
+            )
+            .await?
+        }
+        None => {
+            let event = event_from_flags(&args)?;
+            let pool = db::pool_migrated(&cfg, 1).await?;
+            let mut conn = pool.acquire().await?;
+            let started = Instant::now();
+            let rows = db::publish::insert_batch(&mut conn, std::slice::from_ref(&event)).await?;
+            PublishReport {
+                inserted: rows.len() as u64,
+                duplicates: 1 - rows.len() as u64,
+                elapsed_ms: started.elapsed().as_millis() as u64,
+                events: rows
+                    .into_iter()
+                    .map(|r| PublishedEvent {
+                        line: None,
+                        id: r.id,
+                        idempotency_key: r.idempotency_key,
+                    })
+                    .collect(),
+            }
+        }
+    };
+    if json {
+        output::print_json(&report)?;
+    } else if args.file.is_none() {
+        match report.events.first() {
+            Some(e) => println!(
+                "inserted event {} (idempotency key {})",
+                e.id, e.idempotency_key
+            ),
+            None => {
+                println!("duplicate: an event with this idempotency key exists; nothing inserted")
+            }
+        }
+    } else {
+        let secs = (report.elapsed_ms as f64 / 1000.0).max(0.001);
+        println!(
+            "inserted {}, skipped {} (idempotency key exists) in {} ({:.0} events/s)",
+            output::plural(report.inserted, "event", "events"),
+            output::plural(report.duplicates, "duplicate", "duplicates"),
+            output::human_duration(Duration::from_millis(report.elapsed_ms)),
+            (report.inserted + report.duplicates) as f64 / secs
+        );
+    }
+    Ok(crate::exit::OK)
+}
+
+/// Reads JSON lines and inserts them in batches inside one transaction. Any bad line aborts the
+/// whole run (rolled back) with an error naming its line number.
+pub async fn publish_lines<R: BufRead>(
+    conn: &mut sqlx::PgConnection,
+    mut reader: R,
+    batch_size: usize,
+    keep_ids: bool,
+) -> anyhow::Result<PublishReport> {
+    let started = Instant::now();
+    let pb = output::progress(None, keep_ids, "publishing");
+    let mut tx = conn.begin().await?;
+    let mut report = PublishReport {
+        inserted: 0,
+        duplicates: 0,
+        elapsed_ms: 0,
+        events: Vec::new(),
+    };
+    let mut batch: Vec<NewEvent> = Vec::with_capacity(batch_size);
+    let mut batch_lines: Vec<u64> = Vec::with_capacity(batch_size);
+    let mut line_no = 0u64;
+    let mut buf = String::new();
+    loop {
+        buf.clear();
+        let n = reader
+            .read_line(&mut buf)
+            .with_context(|| format!("reading line {}; nothing was inserted", line_no + 1))?;
+        let eof = n == 0;
+        if !eof {
+            line_no += 1;
+            let text = buf.trim();
+            if !text.is_empty() {
+                let event = parse_line(text).map_err(|e| {
+                    CodedError::usage(format!("line {line_no}: {e}; nothing was inserted (bulk publish is all-or-nothing)"))
+                })?;
+                batch.push(event);
+                batch_lines.push(line_no);
+            }
+        }
+        if batch.len() >= batch_size || (eof && !batch.is_empty()) {
+            let rows = db::publish::insert_batch(&mut tx, &batch)
+                .await
+                .with_context(|| {
+                    format!(
+                        "inserting lines {}-{}; nothing was inserted",
+                        batch_lines[0], line_no
+                    )
+                })?;
+            report.inserted += rows.len() as u64;
+            report.duplicates += (batch.len() - rows.len()) as u64;
+            if keep_ids {
+                let lines: HashMap<&str, u64> = batch
+                    .iter()
+                    .zip(&batch_lines)
+                    .rev() // the first line with a key is the one inserted
+                    .map(|(e, l)| (e.idempotency_key.as_str(), *l))
+                    .collect();
+                let mut events: Vec<PublishedEvent> = rows
+                    .into_iter()
+                    .map(|r| PublishedEvent {
+                        line: lines.get(r.idempotency_key.as_str()).copied(),
+                        id: r.id,
+                        idempotency_key: r.idempotency_key,
+                    })
+                    .collect();
+                events.sort_by_key(|e| e.line);
+                report.events.extend(events);
+            }
+            pb.inc(batch.len() as u64);
+            batch.clear();
+            batch_lines.clear();
+        }
+        if eof {
+            break;
+        }
+    }
+    tx.commit()
+        .await
+        .context("committing; nothing was inserted")?;
+    pb.finish_and_clear();
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+/// One JSON line of bulk input. Keys are the outbox column names.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    event_type: String,
+    aggregate_type: String,
+    aggregate_id: StringOrInt,
+    payload: Value,
+    #[serde(default)]
+    tenant_id: Option<String>,
+    #[serde(default)]
+    headers: Option<Map<String, Value>>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+    #[serde(default)]
+    available_at: Option<String>,
+    #[serde(default)]
+    delay: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum StringOrInt {
+    S(String),
+    I(i64),
+}
+
+/// Parses and validates one line of bulk input.
+pub fn parse_line(text: &str) -> Result<NewEvent, String> {
+    let line: Line = serde_json::from_str(text).map_err(|e| {
+        if e.is_data() {
+            format!("{e}")
+        } else {
+            format!("invalid JSON: {e}")
+        }
+    })?;
+    if line.available_at.is_some() && line.delay.is_some() {
+        return Err("give either available_at or delay, not both".into());
+    }
+    let available_at = line
+        .available_at
+        .as_deref()
+        .map(|s| crate::cli::parse_timestamp(s).map_err(|e| format!("available_at: {e}")))
+        .transpose()?;
+    let delay_micros = line
+        .delay
+        .as_deref()
+        .map(|s| {
+            crate::cli::parse_duration(s)
+                .map_err(|e| format!("delay: {e}"))
+                .and_then(micros)
+        })
+        .transpose()?;
+    let aggregate_id = match line.aggregate_id {
+        StringOrInt::S(s) => s,
+        StringOrInt::I(i) => i.to_string(),
+    };
+    build(
+        &line.event_type,
+        &line.aggregate_type,
+        &aggregate_id,
+        line.tenant_id.as_deref(),
+        line.payload,
+        line.headers.unwrap_or_default(),
+        line.idempotency_key,
+        available_at,
+        delay_micros,
+    )
+}
+
+fn micros(d: Duration) -> Result<i64, String> {
+    i64::try_from(d.as_micros()).map_err(|_| "delay is too long".to_string())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    event_type: &str,
+    aggregate_type: &str,
+    aggregate_id: &str,
+    tenant: Option<&str>,
+    payload: Value,
+    headers: Map<String, Value>,
+    idempotency_key: Option<String>,
+    available_at: Option<chrono::DateTime<chrono::Utc>>,
+    delay_micros: Option<i64>,
+) -> Result<NewEvent, String> {
+    for (name, value) in [
+        ("event_type", event_type),
+        ("aggregate_type", aggregate_type),
+        ("aggregate_id", aggregate_id),
+    ] {
+        if value.trim().is_empty() {
+            return Err(format!("{name} must not be empty"));
+        }
+    }
+    let tenant_id = match tenant {
+        None => DEFAULT_TENANT,
+        Some(t) => {
+            Uuid::parse_str(t.trim()).map_err(|_| format!("tenant_id `{t}` is not a uuid"))?
+        }
+    };
+    if let Some((k, _)) = headers.iter().find(|(_, v)| !v.is_string()) {
+        return Err(format!("header `{k}` must be a string"));
+    }
+    let idempotency_key = match idempotency_key {
+        Some(k) if k.trim().is_empty() => return Err("idempotency_key must not be empty".into()),
+        Some(k) => k,
+        None => Uuid::new_v4().to_string(),
+    };
+    Ok(NewEvent {
+        tenant_id,
+        aggregate_type: aggregate_type.to_owned(),
+        aggregate_id: aggregate_id.to_owned(),
+        event_type: event_type.to_owned(),
+        payload,
+        headers: Value::Object(headers),
+        idempotency_key,
+        available_at,
+        delay_micros,
+    })
+}
+
+/// The single event described by the flags.
+fn event_from_flags(args: &PublishArgs) -> Result<NewEvent, CodedError> {
+    let raw = args.payload.as_deref().unwrap_or_default();
+    let text = match raw.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| CodedError::usage(format!("cannot read --payload file {path}: {e}")))?,
+        None => raw.to_owned(),
+    };
+    let payload: Value = serde_json::from_str(&text)
+        .map_err(|e| CodedError::usage(format!("--payload is not valid JSON: {e}")))?;
+    let mut headers = Map::new();
+    for h in &args.headers {
+        let (k, v) = h
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| CodedError::usage(format!("invalid --header `{h}`: use KEY=VALUE")))?;
+        headers.insert(k.trim().to_owned(), Value::String(v.to_owned()));
+    }
+    let delay_micros = args
+        .delay
+        .map(micros)
+        .transpose()
+        .map_err(|e| CodedError::usage(format!("--delay: {e}")))?;
+    build(
+        args.event_type.as_deref().unwrap_or_default(),
+        args.aggregate_type.as_deref().unwrap_or_default(),
+        args.aggregate_id.as_deref().unwrap_or_default(),
+        args.tenant.as_deref(),
+        payload,
+        headers,
+        args.idempotency_key.clone(),
+        args.at,
+        delay_micros,
+    )
+    .map_err(|e| {
+        CodedError::usage(format!(
+            "invalid event: {}",
+            e.replace("tenant_id", "--tenant")
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_line() {
+        let e = parse_line(
+            r#"{"event_type":"a.b","aggregate_type":"order","aggregate_id":7,"payload":{"x":1},
+                "tenant_id":"6f9619ff-8b86-d011-b42d-00cf4fc964ff","headers":{"v":"1"},
+                "idempotency_key":"k1","delay":"5m"}"#,
+        )
+        .unwrap();
+        assert_eq!(e.aggregate_id, "7");
+        assert_eq!(e.idempotency_key, "k1");
+        assert_eq!(e.delay_micros, Some(300_000_000));
+        assert_eq!(e.headers, serde_json::json!({"v": "1"}));
+    }
+
+    #[test]
+    fn rejects_bad_lines_with_reasons() {
+        let cases = [
+            (r#"{"event_type":"a""#, "invalid JSON"),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1"}"#,
+                "missing field `payload`",
+            ),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload":1,"tenant_id":"nope"}"#,
+                "not a uuid",
+            ),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload":1,"delay":"soon"}"#,
+                "delay",
+            ),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload":1,"evnt":"x"}"#,
+                "unknown field `evnt`",
+            ),
+            (
+                r#"{"event_type":"","aggregate_type":"o","aggregate_id":"1","payload":1}"#,
+                "must not be empty",
+            ),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload":1,"headers":{"n":1}}"#,
+                "must be a string",
+            ),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload":1,"delay":"1s","available_at":"2026-01-01T00:00:00Z"}"#,
+                "not both",
+            ),
+        ];
+        for (line, want) in cases {
+            let err = parse_line(line).unwrap_err();
+            assert!(err.contains(want), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn default_key_is_unique() {
+        let line = r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload":1}"#;
+        assert_ne!(
+            parse_line(line).unwrap().idempotency_key,
+            parse_line(line).unwrap().idempotency_key
+        );
+        assert_eq!(parse_line(line).unwrap().tenant_id, DEFAULT_TENANT);
+    }
+}

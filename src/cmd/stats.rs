@@ -1,0 +1,194 @@
+//! `outboxctl stats`: backlog, lag, in-flight, dead letters and throughput, overall or per group.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::Connection;
+
+use crate::cli::{StatsArgs, StatsBy};
+use crate::config::DbConfig;
+use crate::db::{self, stats::GroupBy};
+use crate::output;
+
+/// The figures for the whole outbox or one group.
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct Figures {
+    /// Due now and not leased.
+    pub ready: i64,
+    /// Not yet due (delayed, or waiting for a retry).
+    pub scheduled: i64,
+    /// Leased by a relay.
+    pub in_flight: i64,
+    pub dead_lettered: i64,
+    pub published_last_minute: i64,
+    pub published_last_hour: i64,
+    /// Seconds the oldest ready event has been due (0 when nothing is ready).
+    pub oldest_ready_lag_seconds: f64,
+    /// Seconds since the oldest ready event was created.
+    pub oldest_ready_age_seconds: f64,
+    pub next_due_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StatsReport {
+    pub schema: String,
+    pub now: DateTime<Utc>,
+    /// Published per second over the last minute.
+    pub throughput_per_second: f64,
+    pub table_rows_estimate: i64,
+    #[serde(flatten)]
+    pub total: Figures,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<BTreeMap<String, Figures>>,
+}
+
+/// Reads every figure in one read-only snapshot so they agree with each other.
+pub async fn collect(
+    conn: &mut sqlx::PgConnection,
+    schema: &str,
+    by: Option<StatsBy>,
+) -> anyhow::Result<StatsReport> {
+    let group = match by {
+        None => GroupBy::None,
+        Some(StatsBy::EventType) => GroupBy::EventType,
+        Some(StatsBy::Tenant) => GroupBy::Tenant,
+        Some(StatsBy::AggregateType) => GroupBy::AggregateType,
+    };
+    let mut tx = conn.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let now = db::stats::now(&mut tx).await?;
+    let pending = db::stats::pending(&mut tx, group).await?;
+    let dead = db::stats::dead(&mut tx, group).await?;
+    let published = db::stats::published_recent(&mut tx, group).await?;
+    let rows = db::stats::table_rows_estimate(&mut tx).await?;
+    tx.commit().await?;
+
+    let secs = |t: Option<DateTime<Utc>>| {
+        t.map(|t| ((now - t).num_microseconds().unwrap_or(0) as f64 / 1e6).max(0.0))
+            .unwrap_or(0.0)
+    };
+    let mut groups: BTreeMap<String, Figures> = BTreeMap::new();
+    for p in pending {
+        let f = groups.entry(p.key).or_default();
+        f.ready = p.ready;
+        f.scheduled = p.scheduled;
+        f.in_flight = p.in_flight;
+        f.oldest_ready_lag_seconds = secs(p.oldest_ready_available_at);
+        f.oldest_ready_age_seconds = secs(p.oldest_ready_created_at);
+        f.next_due_at = p.next_due_at;
+    }
+    for d in dead {
+        groups.entry(d.key).or_default().dead_lettered = d.a;
+    }
+    for p in published {
+        let f = groups.entry(p.key).or_default();
+        f.published_last_minute = p.a;
+        f.published_last_hour = p.b;
+    }
+    let mut total = Figures::default();
+    for f in groups.values() {
+        total.ready += f.ready;
+        total.scheduled += f.scheduled;
+        total.in_flight += f.in_flight;
+        total.dead_lettered += f.dead_lettered;
+        total.published_last_minute += f.published_last_minute;
+        total.published_last_hour += f.published_last_hour;
+        total.oldest_ready_lag_seconds = total
+            .oldest_ready_lag_seconds
+            .max(f.oldest_ready_lag_seconds);
+        total.oldest_ready_age_seconds = total
+            .oldest_ready_age_seconds
+            .max(f.oldest_ready_age_seconds);
+        total.next_due_at = match (total.next_due_at, f.next_due_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(StatsReport {
+        schema: schema.to_owned(),
+        now,
+        throughput_per_second: total.published_last_minute as f64 / 60.0,
+        table_rows_estimate: rows,
+        total,
+        by: by.map(|b| match b {
+            StatsBy::EventType => "event-type".into(),
+            StatsBy::Tenant => "tenant".into(),
+            StatsBy::AggregateType => "aggregate-type".into(),
+        }),
+        groups: by.map(|_| groups),
+    })
+}
+
+pub async fn run(args: StatsArgs) -> anyhow::Result<u8> {
+    let cfg = DbConfig::from_args(&args.db)?;
+    let pool = db::pool_migrated(&cfg, 1).await?;
+    let mut conn = pool.acquire().await?;
+    let report = collect(&mut conn, cfg.schema.name(), args.by).await?;
+    if args.output.json {
+        output::print_json(&report)?;
+    } else {
+        print_human(&report)?;
+    }
+    Ok(crate::exit::OK)
+}
+
+fn lag(secs: f64) -> String {
+    output::human_duration(std::time::Duration::from_secs_f64(secs))
+}
+
+fn print_human(r: &StatsReport) -> anyhow::Result<()> {
+    let header = [
+        r.by.as_deref().unwrap_or("outbox"),
+        "ready",
+        "scheduled",
+        "in flight",
+        "dead",
+        "pub/1m",
+        "pub/1h",
+        "lag (due)",
+        "lag (created)",
+    ];
+    let mut t = output::table(&header);
+    let row = |name: &str, f: &Figures| {
+        vec![
+            name.to_owned(),
+            f.ready.to_string(),
+            f.scheduled.to_string(),
+            f.in_flight.to_string(),
+            f.dead_lettered.to_string(),
+            f.published_last_minute.to_string(),
+            f.published_last_hour.to_string(),
+            lag(f.oldest_ready_lag_seconds),
+            lag(f.oldest_ready_age_seconds),
+        ]
+    };
+    if let Some(groups) = &r.groups {
+        for (k, f) in groups {
+            t.add_row(row(k, f));
+        }
+    }
+    t.add_row(row(
+        if r.groups.is_some() {
+            "(total)"
+        } else {
+            r.schema.as_str()
+        },
+        &r.total,
+    ));
+    output::print_table(&t)?;
+    println!(
+        "throughput {:.1}/s over the last minute; next scheduled event {}; ~{} rows in table",
+        r.throughput_per_second,
+        r.total
+            .next_due_at
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_else(|| "none".into()),
+        r.table_rows_estimate
+    );
+    Ok(())
+}

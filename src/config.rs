@@ -1,0 +1,187 @@
+//! Turns command-line arguments into validated settings: the database connection, the schema.
+//! Everything that can be wrong with an argument is reported here, before any I/O.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::PgConnectOptions;
+
+use crate::cli::DatabaseArgs;
+use crate::exit::CodedError;
+
+/// A validated schema name: an identifier we quote ourselves, never pasted raw into SQL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schema(String);
+
+impl Schema {
+    pub fn parse(name: &str) -> Result<Self, CodedError> {
+        let ok_first = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+        let ok_rest = name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !ok_first || !ok_rest || name.len() > 63 {
+            return Err(CodedError::usage(format!(
+                "invalid --schema `{name}`: use 1-63 lowercase letters, digits or _, not starting with a digit"
+            )));
+        }
+        if name.starts_with("pg_") {
+            return Err(CodedError::usage(format!(
+                "invalid --schema `{name}`: names starting with pg_ are reserved by PostgreSQL"
+            )));
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+
+    /// The name as a quoted SQL identifier.
+    pub fn quoted(&self) -> String {
+        format!("\"{}\"", self.0.replace('"', "\"\""))
+    }
+
+    /// The NOTIFY channel the insert trigger signals for this schema.
+    pub fn channel(&self) -> String {
+        format!("outboxctl:{}", self.0)
+    }
+}
+
+/// Where and how to connect.
+#[derive(Debug, Clone)]
+pub struct DbConfig {
+    pub options: PgConnectOptions,
+    pub schema: Schema,
+    pub connect_timeout: Duration,
+    /// "user@host:port/database", for messages; never holds the password.
+    pub display: String,
+}
+
+impl DbConfig {
+    pub fn from_args(args: &DatabaseArgs) -> Result<Self, CodedError> {
+        let schema = Schema::parse(&args.schema)?;
+        let options = match args.database_url.as_deref().map(str::trim) {
+            Some(url) if !url.is_empty() => PgConnectOptions::from_str(url).map_err(|e| {
+                CodedError::usage(format!(
+                    "invalid --database-url/DATABASE_URL `{}`: {}",
+                    redact_url(url),
+                    redact_text(&e.to_string(), url)
+                ))
+            })?,
+            // libpq fallback: sqlx reads PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE.
+            _ => PgConnectOptions::new(),
+        };
+        let options = options
+            .application_name("outboxctl")
+            .options([("search_path", schema.quoted())]);
+        let display = format!(
+            "{}@{}:{}/{}",
+            options.get_username(),
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or(options.get_username())
+        );
+        Ok(Self {
+            options,
+            schema,
+            connect_timeout: args.connect_timeout,
+            display,
+        })
+    }
+}
+
+/// The URL with any password replaced by `***`; an unparsable URL is shown only by its scheme.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            }
+            let pairs: Vec<(String, String)> = u
+                .query_pairs()
+                .map(|(k, v)| {
+                    let secret =
+                        k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("sslpassword");
+                    (
+                        k.into_owned(),
+                        if secret {
+                            "***".to_owned()
+                        } else {
+                            v.into_owned()
+                        },
+                    )
+                })
+                .collect();
+            if !pairs.is_empty() {
+                u.query_pairs_mut().clear().extend_pairs(pairs);
+            }
+            u.to_string()
+        }
+        Err(_) => match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://…"),
+            None => "…".to_owned(),
+        },
+    }
+}
+
+/// Removes any password that appears in `url` from `text` (error messages may echo parts of it).
+pub fn redact_text(text: &str, url: &str) -> String {
+    let mut out = text.to_owned();
+    if let Ok(u) = url::Url::parse(url) {
+        if let Some(p) = u.password().filter(|p| !p.is_empty()) {
+            out = out.replace(p, "***");
+            if let Ok(decoded) = url::form_urlencoded::parse(format!("p={p}").as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .ok_or(())
+            {
+                if !decoded.is_empty() {
+                    out = out.replace(&decoded, "***");
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names() {
+        for ok in ["public", "events", "_x", "a1_b"] {
+            assert!(Schema::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "1abc",
+            "Events",
+            "a-b",
+            "a;drop",
+            "x\"y",
+            "pg_temp",
+            &"a".repeat(64),
+        ] {
+            assert!(Schema::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Schema::parse("events").unwrap().quoted(), "\"events\"");
+    }
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://bob:s3cret@db:5432/app"),
+            "postgres://bob:***@db:5432/app"
+        );
+        assert!(!redact_url("postgres://db/app?password=s3cret").contains("s3cret"));
+        assert_eq!(redact_url("not a url s3cret"), "…");
+        assert_eq!(
+            redact_text("failed for s3cret", "postgres://bob:s3cret@db/app"),
+            "failed for ***"
+        );
+    }
+}

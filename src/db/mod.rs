@@ -1,0 +1,92 @@
+//! All SQL lives under this module: one function per statement, typed inputs and outputs.
+//! Time always comes from the database clock (`now()`), never from the client.
+//!
+//! Every connection's `search_path` is the configured schema (set at connect time from the
+//! validated [`Schema`](crate::config::Schema)), so statements name tables unqualified.
+
+pub mod migrate;
+pub mod publish;
+pub mod relay;
+pub mod stats;
+
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::Connection;
+
+use crate::config::DbConfig;
+use crate::exit::CodedError;
+
+/// An error from the database, classified for the relay: transient ones are retried.
+pub fn is_transient(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // 08: connection exception; 40: rollback (serialization, deadlock); 53: resources;
+            // 57P01-57P03: admin shutdown / crash shutdown / cannot connect now.
+            code.starts_with("08")
+                || code.starts_with("40")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+        }
+        _ => false,
+    }
+}
+
+fn connect_error(cfg: &DbConfig, err: impl std::fmt::Display) -> CodedError {
+    CodedError::database(format!(
+        "cannot connect to PostgreSQL at {}: {err}",
+        cfg.display
+    ))
+}
+
+/// One connection, with the configured timeout.
+pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
+    match tokio::time::timeout(
+        cfg.connect_timeout,
+        PgConnection::connect_with(&cfg.options),
+    )
+    .await
+    {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(connect_error(cfg, e)),
+        Err(_) => Err(connect_error(
+            cfg,
+            format!(
+                "timed out after {}",
+                humantime::format_duration(cfg.connect_timeout)
+            ),
+        )),
+    }
+}
+
+/// A pool of up to `max` connections. One connection is made first so that a wrong URL or an
+/// unreachable server fails here with the real reason.
+pub async fn pool(cfg: &DbConfig, max: u32) -> Result<PgPool, CodedError> {
+    let first = connect(cfg).await?;
+    drop(first);
+    Ok(PgPoolOptions::new()
+        .max_connections(max)
+        .min_connections(0)
+        .acquire_timeout(cfg.connect_timeout)
+        .connect_lazy_with(cfg.options.clone()))
+}
+
+/// A pool for commands that need the outbox to exist: fails clearly when it was never migrated.
+pub async fn pool_migrated(cfg: &DbConfig, max: u32) -> anyhow::Result<PgPool> {
+    let pool = pool(cfg, max).await?;
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox') IS NOT NULL")
+        .fetch_one(&pool)
+        .await?;
+    if !exists {
+        anyhow::bail!(
+            "no outbox table in schema `{}`: run `outboxctl migrate --schema {}` first",
+            cfg.schema.name(),
+            cfg.schema.name()
+        );
+    }
+    Ok(pool)
+}

@@ -1,0 +1,1 @@
+//! Relay statements: claim, settle, release.

@@ -1,0 +1,85 @@
+//! Exit codes: the contract scripts and cron wrappers rely on, in one place (README "Exit codes").
+
+use std::process::ExitCode;
+
+/// Success.
+pub const OK: u8 = 0;
+/// A failure not covered below.
+pub const FAILURE: u8 = 1;
+/// Bad usage or bad input (flags, JSON lines, ids): nothing was changed.
+pub const USAGE: u8 = 2;
+/// The database could not be reached (or rejected the login).
+pub const DATABASE: u8 = 3;
+/// Another run holds the lock (e.g. an overlapping `prune` from cron).
+pub const LOCKED: u8 = 4;
+/// `relay --once`: the sink failed every publish of the run.
+pub const SINK: u8 = 5;
+
+/// An error that carries its exit code. Anything else maps to [`FAILURE`].
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CodedError {
+    pub code: u8,
+    pub message: String,
+}
+
+impl CodedError {
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self {
+            code: USAGE,
+            message: message.into(),
+        }
+    }
+    pub fn database(message: impl Into<String>) -> Self {
+        Self {
+            code: DATABASE,
+            message: message.into(),
+        }
+    }
+    pub fn locked(message: impl Into<String>) -> Self {
+        Self {
+            code: LOCKED,
+            message: message.into(),
+        }
+    }
+    pub fn sink(message: impl Into<String>) -> Self {
+        Self {
+            code: SINK,
+            message: message.into(),
+        }
+    }
+}
+
+/// Maps a command's error to its exit code: the first [`CodedError`] in the chain decides.
+pub fn code_of(err: &anyhow::Error) -> u8 {
+    err.chain()
+        .find_map(|e| e.downcast_ref::<CodedError>().map(|c| c.code))
+        .unwrap_or(FAILURE)
+}
+
+pub fn to_exit_code(code: u8) -> ExitCode {
+    ExitCode::from(code)
+}
+
+/// True when the error is a closed stdout (e.g. `outboxctl ... | head`): that is not a failure.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn code_found_through_context() {
+        let err = Err::<(), _>(CodedError::locked("held"))
+            .context("prune")
+            .unwrap_err();
+        assert_eq!(code_of(&err), LOCKED);
+        assert_eq!(code_of(&anyhow::anyhow!("plain")), FAILURE);
+    }
+}

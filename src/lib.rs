@@ -1,0 +1,40 @@
+//! outboxctl: operate a transactional outbox on PostgreSQL.
+//!
+//! `main.rs` parses the command line and calls [`run`]; everything else lives here so tests can
+//! drive the same code.
+
+pub mod cli;
+pub mod cmd;
+pub mod config;
+pub mod db;
+pub mod exit;
+pub mod logging;
+pub mod output;
+
+use cli::{Cli, Command};
+
+impl Cli {
+    /// Whether this invocation is a long-running daemon (it logs at info by default).
+    pub fn is_daemon(&self) -> bool {
+        false
+    }
+}
+
+/// Runs the parsed command line and returns the process exit code.
+pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    if let Command::Completions(args) = cli.command {
+        return cmd::completions::run(args);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Migrate(args) => cmd::migrate::run(args).await,
+            Command::Publish(args) => cmd::publish::run(args).await,
+            Command::Stats(args) => cmd::stats::run(args).await,
+            Command::Relay(_) | Command::Demo(_) => anyhow::bail!("not yet"),
+            Command::Completions(_) => unreachable!("handled above"),
+        }
+    })
+}

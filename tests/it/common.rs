@@ -1,0 +1,150 @@
+//! Test harness: every test gets its own schema in the real PostgreSQL (dropped afterwards), and a
+//! builder for running the real `outboxctl` binary against it.
+
+use std::process::Command;
+
+use assert_cmd::cargo::CommandCargoExt;
+use outboxctl::config::{DbConfig, Schema};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::Executor;
+
+/// The server the tests use: `OUTBOXCTL_TEST_DATABASE_URL`, else the local `test` database.
+pub fn base_url() -> String {
+    std::env::var("OUTBOXCTL_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A fresh schema, migrated unless made with [`TestDb::unmigrated`]. Dropped on drop.
+pub struct TestDb {
+    pub schema: String,
+    pub pool: PgPool,
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        let db = Self::unmigrated().await;
+        let mut conn = outboxctl::db::connect(&db.config()).await.expect("connect");
+        outboxctl::db::migrate::apply(&mut conn, &Schema::parse(&db.schema).unwrap())
+            .await
+            .expect("migrate");
+        db
+    }
+
+    pub async fn unmigrated() -> Self {
+        let schema = format!("t_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let url = base_url();
+        let search_path = schema.clone();
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .after_connect(move |conn, _| {
+                let sql = format!("SET search_path TO \"{search_path}\"");
+                Box::pin(async move {
+                    conn.execute(sql.as_str()).await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy(&url)
+            .expect("pool");
+        Self { schema, pool }
+    }
+
+    /// The library's connection settings for this schema.
+    pub fn config(&self) -> DbConfig {
+        let args = outboxctl::cli::DatabaseArgs {
+            database_url: Some(base_url()),
+            schema: self.schema.clone(),
+            connect_timeout: std::time::Duration::from_secs(10),
+        };
+        DbConfig::from_args(&args).expect("config")
+    }
+
+    /// The real binary, pointed at this schema, with no stray OUTBOXCTL_* from the environment.
+    pub fn cmd(&self) -> Command {
+        let mut c = bin();
+        c.env("DATABASE_URL", base_url())
+            .env("OUTBOXCTL_SCHEMA", &self.schema);
+        c
+    }
+
+    /// Runs a scalar query.
+    pub async fn scalar<T>(&self, sql: &str) -> T
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+    {
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    pub async fn exec(&self, sql: &str) {
+        sqlx::raw_sql(sql)
+            .execute(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Inserts `n` ready events with keys `k-1`..`k-n`, the way seed 000's producer does.
+    pub async fn seed_ready(&self, n: i64) {
+        sqlx::query(
+            "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+             SELECT '00000000-0000-0000-0000-000000000001', 'order', 'o-' || g, 'order.placed',
+                    jsonb_build_object('n', g), 'k-' || g
+               FROM generate_series(1, $1::bigint) g",
+        )
+        .bind(n)
+        .execute(&self.pool)
+        .await
+        .expect("seed");
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let schema = self.schema.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok(pool) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&base_url())
+                    .await
+                {
+                    let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                        .execute(&pool)
+                        .await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+/// The real binary with a clean environment (no OUTBOXCTL_*, no DATABASE_URL, no PG*).
+pub fn bin() -> Command {
+    let mut c = Command::cargo_bin("outboxctl").expect("binary");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OUTBOXCTL_")
+            || k == "DATABASE_URL"
+            || k.starts_with("PG")
+            || k == "RUST_LOG"
+        {
+            c.env_remove(k);
+        }
+    }
+    c.env("NO_COLOR", "1").env("COLUMNS", "120");
+    c
+}
+
+/// stdout of a finished command as text.
+pub fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// stderr of a finished command as text.
+pub fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
