@@ -31,6 +31,12 @@ pub enum Command {
     Publish(PublishArgs),
     Relay(RelayArgs),
     Stats(StatsArgs),
+    #[command(visible_alias = "dlq")]
+    Dead(DeadArgs),
+    Requeue(RequeueArgs),
+    #[command(visible_alias = "event")]
+    Events(EventsArgs),
+    Prune(PruneArgs),
     Completions(CompletionsArgs),
     Demo(DemoArgs),
 }
@@ -345,6 +351,480 @@ pub struct DemoArgs {
     pub db: DatabaseArgs,
 }
 
+/// Asking before destructive changes.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct ConfirmArgs {
+    /// Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI):
+    /// without it the command refuses with exit code 2 and changes nothing.
+    #[arg(long, short = 'y', env = "OUTBOXCTL_YES")]
+    pub yes: bool,
+}
+
+/// Which events to act on. All given filters must match (AND). Text is always bound as a
+/// parameter, never pasted into SQL.
+#[derive(Debug, Args, Clone, Default)]
+pub struct FilterArgs {
+    /// Event type as a glob: `*` matches any run of characters, `?` one character, `\` makes the
+    /// next character literal (e.g. 'order.*').
+    #[arg(long, env = "OUTBOXCTL_FILTER_EVENT_TYPE", value_name = "GLOB")]
+    pub event_type: Option<String>,
+
+    /// Tenant uuid.
+    #[arg(long, env = "OUTBOXCTL_FILTER_TENANT", value_name = "UUID", value_parser = parse_uuid)]
+    pub tenant: Option<uuid::Uuid>,
+
+    /// Aggregate type (exact).
+    #[arg(long, env = "OUTBOXCTL_FILTER_AGGREGATE_TYPE", value_name = "TYPE")]
+    pub aggregate_type: Option<String>,
+
+    /// Aggregate id (exact).
+    #[arg(long, env = "OUTBOXCTL_FILTER_AGGREGATE_ID", value_name = "ID")]
+    pub aggregate_id: Option<String>,
+
+    /// Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that
+    /// long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`,
+    /// when it was created for `events`.
+    #[arg(long, env = "OUTBOXCTL_FILTER_SINCE", value_parser = parse_time_or_ago, value_name = "TIME|DURATION")]
+    pub since: Option<TimeArg>,
+
+    /// Only events whose time is before this (RFC 3339, or a duration ago); see --since.
+    #[arg(long, env = "OUTBOXCTL_FILTER_UNTIL", value_parser = parse_time_or_ago, value_name = "TIME|DURATION")]
+    pub until: Option<TimeArg>,
+
+    /// Only events whose last_error contains this text (case-insensitive).
+    #[arg(long, env = "OUTBOXCTL_FILTER_ERROR", value_name = "TEXT")]
+    pub error: Option<String>,
+
+    /// Only events whose last_error matches this PostgreSQL regular expression (case-sensitive;
+    /// start it with (?i) to ignore case), e.g. 'HTTP (502|503)'.
+    #[arg(long, env = "OUTBOXCTL_FILTER_ERROR_REGEX", value_name = "REGEX")]
+    pub error_regex: Option<String>,
+}
+
+/// A point in time given on the command line: absolute, or a duration before the database's now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeArg {
+    At(chrono::DateTime<chrono::Utc>),
+    Ago(Duration),
+}
+
+/// Dead letters: list, show, discard and export events the relay gave up on.
+///
+/// A row is dead once the relay has failed it --max-attempts times (dead_lettered_at is set,
+/// published_at is not). `outboxctl requeue` sends dead events again.
+///
+/// Example: outboxctl dead list --event-type 'order.*' --since 1d
+#[derive(Debug, Args)]
+pub struct DeadArgs {
+    #[command(subcommand)]
+    pub command: DeadCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadCommand {
+    #[command(visible_alias = "ls")]
+    List(DeadListArgs),
+    Show(ShowArgs),
+    #[command(visible_alias = "rm")]
+    Discard(DeadDiscardArgs),
+    Export(DeadExportArgs),
+}
+
+/// Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error's first line.
+///
+/// Example: outboxctl dead list --error timeout --limit 20
+#[derive(Debug, Args)]
+pub struct DeadListArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    /// Show at most this many events (a note on stderr says when more match).
+    #[arg(long, env = "OUTBOXCTL_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub limit: u64,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// One event in full: every column, payload and headers pretty-printed, the whole last_error.
+///
+/// Example: outboxctl dead show 4711
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// The event id.
+    #[arg(value_parser = clap::value_parser!(i64).range(1..))]
+    pub id: i64,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Delete dead-lettered events, by ids or by filters (--all for every one).
+///
+/// Only rows that are still dead when the DELETE runs are deleted (the state is re-checked in the
+/// statement). Works in batches; prints the exact count. Asks for confirmation on a terminal and
+/// needs --yes otherwise.
+///
+/// Example: outboxctl dead discard --event-type 'test.*' --until 30d --yes
+#[derive(Debug, Args)]
+pub struct DeadDiscardArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// Event ids (each must be dead-lettered); not together with filters or --all.
+    #[arg(value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
+    pub ids: Vec<i64>,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    /// Every dead-lettered event (no filter).
+    #[arg(long, env = "OUTBOXCTL_DISCARD_ALL")]
+    pub all: bool,
+
+    /// At most this many events, the most recently dead-lettered first.
+    #[arg(long, env = "OUTBOXCTL_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+
+    /// Rows deleted per statement (each batch is its own short transaction).
+    #[arg(long, env = "OUTBOXCTL_DISCARD_BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch_size: u32,
+
+    /// List what would be discarded; change nothing.
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    pub dry_run: bool,
+
+    #[command(flatten)]
+    pub confirm: ConfirmArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Write dead-lettered events as JSON lines, to fix offline and re-publish with `publish --file`.
+///
+/// The default format has exactly the keys `outboxctl publish --file` reads, including the
+/// original idempotency key. `publish` skips a line whose key is still in the table, so discard
+/// the exported rows before re-publishing them (or drop the key with jq to publish a new event).
+///
+/// Example: outboxctl dead export --event-type order.placed > dead.jsonl
+#[derive(Debug, Args)]
+pub struct DeadExportArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// Event ids (each must be dead-lettered); not together with filters.
+    #[arg(value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
+    pub ids: Vec<i64>,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    /// At most this many events, the most recently dead-lettered first.
+    #[arg(long, env = "OUTBOXCTL_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+
+    /// `publish`: the keys `publish --file` accepts. `full`: every column (id, attempts,
+    /// last_error, times...), for analysis; not accepted by `publish`.
+    #[arg(long, env = "OUTBOXCTL_EXPORT_FORMAT", value_enum, default_value_t = ExportFormat::Publish)]
+    pub format: ExportFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    Publish,
+    Full,
+}
+
+/// Send dead-lettered events again, by ids or by filters (--all for every one).
+///
+/// Resets dead_lettered_at, the lease (locked_until, claim_token), attempt_count (unless
+/// --keep-attempts) and available_at (now, or now + --delay). last_error is kept until the relay's
+/// next attempt. Each requeue is recorded in the `outbox_requeues` table (who, when, why, and the
+/// row's previous dead_lettered_at, attempt_count and last_error); `events show` lists it.
+///
+/// Safe while relays run: each batch is one statement that re-checks that the row is still dead,
+/// so a row is requeued at most once and relays claim it like any ready row.
+///
+/// Examples:
+///   outboxctl requeue 4711 4712
+///   outboxctl requeue --event-type 'order.*' --error timeout --delay 5m --reason 'broker fixed'
+///   outboxctl requeue --all --dry-run
+#[derive(Debug, Args)]
+#[command(
+    verbatim_doc_comment,
+    about = "Send dead-lettered events again, by ids or by filters (--all for every one)"
+)]
+pub struct RequeueArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// Event ids (each must be dead-lettered); not together with filters or --all.
+    #[arg(value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
+    pub ids: Vec<i64>,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    /// Every dead-lettered event (no filter).
+    #[arg(long, env = "OUTBOXCTL_REQUEUE_ALL")]
+    pub all: bool,
+
+    /// At most this many events, the most recently dead-lettered first.
+    #[arg(long, env = "OUTBOXCTL_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+
+    /// Keep attempt_count instead of resetting it to 0 (the relay then dead-letters the event
+    /// again after one more failure).
+    #[arg(long, env = "OUTBOXCTL_KEEP_ATTEMPTS")]
+    pub keep_attempts: bool,
+
+    /// Make the events due this long from now (database clock) instead of now, e.g. 10m.
+    #[arg(long, env = "OUTBOXCTL_REQUEUE_DELAY", value_parser = parse_duration, value_name = "DURATION")]
+    pub delay: Option<Duration>,
+
+    /// Why, recorded in the audit table.
+    #[arg(long, env = "OUTBOXCTL_REQUEUE_REASON", value_name = "TEXT")]
+    pub reason: Option<String>,
+
+    /// Rows updated per statement (each batch is its own short transaction).
+    #[arg(long, env = "OUTBOXCTL_REQUEUE_BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch_size: u32,
+
+    /// List exactly what would be requeued; change nothing.
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    pub dry_run: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Any event, in any state: list, show, cancel and reschedule.
+///
+/// States: ready (due, not leased), scheduled (due later), in-flight (leased by a relay),
+/// published, dead.
+///
+/// Example: outboxctl events list --state scheduled --aggregate-id 42
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    #[command(subcommand)]
+    pub command: EventsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    #[command(visible_alias = "ls")]
+    List(EventsListArgs),
+    Show(ShowArgs),
+    Cancel(CancelArgs),
+    Reschedule(RescheduleArgs),
+}
+
+/// Events, newest first, with their state.
+///
+/// Example: outboxctl events list --state ready,scheduled --event-type 'order.*' --json
+#[derive(Debug, Args)]
+pub struct EventsListArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// Only events in these states (comma-separated or repeated). `pending` means ready,
+    /// scheduled and in-flight. [default: all states]
+    #[arg(
+        long,
+        env = "OUTBOXCTL_EVENTS_STATE",
+        value_enum,
+        value_delimiter = ',',
+        value_name = "STATE"
+    )]
+    pub state: Vec<StateArg>,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    /// Show at most this many events (a note on stderr says when more match).
+    #[arg(long, env = "OUTBOXCTL_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub limit: u64,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StateArg {
+    Ready,
+    Scheduled,
+    InFlight,
+    Published,
+    Dead,
+    Pending,
+}
+
+/// Delete events before they are published (all or nothing).
+///
+/// Ready, scheduled and dead events are deleted. The command refuses, changing nothing (exit
+/// code 2), when any id is unknown, already published (cancelling cannot unsend it; `prune`
+/// removes published history), locked by a relay publishing it right now, or in flight
+/// (leased). --force deletes in-flight events too: the relay holding the lease may still deliver
+/// the event once; its settle then finds no row and changes nothing. Asks for confirmation on a
+/// terminal and needs --yes otherwise.
+///
+/// Example: outboxctl events cancel 4711 4712 --yes
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// Event ids.
+    #[arg(required = true, value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
+    pub ids: Vec<i64>,
+
+    /// Also cancel in-flight (leased) events; see above for what that means.
+    #[arg(long, env = "OUTBOXCTL_CANCEL_FORCE")]
+    pub force: bool,
+
+    /// Show what would be cancelled or refused; change nothing.
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    pub dry_run: bool,
+
+    #[command(flatten)]
+    pub confirm: ConfirmArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Move when pending events are due (all or nothing).
+///
+/// Sets available_at of ready and scheduled events. Refuses, changing nothing (exit code 2), when
+/// any id is unknown, published, dead (use `outboxctl requeue --delay`), in flight, or locked by a
+/// relay publishing it right now.
+///
+/// Examples:
+///   outboxctl events reschedule 4711 --delay 1h
+///   outboxctl events reschedule 4711 4712 --at 2026-12-01T09:00:00Z
+#[derive(Debug, Args)]
+#[command(
+    verbatim_doc_comment,
+    about = "Move when pending events are due (all or nothing)"
+)]
+#[command(group(clap::ArgGroup::new("when").required(true).args(["at", "delay"])))]
+pub struct RescheduleArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// Event ids.
+    #[arg(required = true, value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
+    pub ids: Vec<i64>,
+
+    /// Due at this time (RFC 3339); a past time makes them due now.
+    #[arg(long, env = "OUTBOXCTL_RESCHEDULE_AT", value_parser = parse_timestamp, value_name = "TIME")]
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
+
+    /// Due this long from now (database clock), e.g. 30m; 0s makes them due now.
+    #[arg(long, env = "OUTBOXCTL_RESCHEDULE_DELAY", value_parser = parse_duration, value_name = "DURATION")]
+    pub delay: Option<Duration>,
+
+    /// Show what would be moved or refused; change nothing.
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    pub dry_run: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Delete published events past their retention, in short batches (for cron).
+///
+/// Deletes rows published more than --older-than ago in ctid batches of --batch-size, each its own
+/// short transaction, with the predicate re-checked in the DELETE itself: a pending or
+/// dead-lettered row is never deleted by --older-than. Optionally also dead letters
+/// (--dead-older-than) and the consumer dedup table processed_messages (--processed-older-than).
+///
+/// Only one prune runs per schema: an overlapping run exits at once with exit code 4. The lock is
+/// a lease row in the table `outbox_locks` (not a session advisory lock), so it also works behind
+/// a transaction-pooling proxy such as PgBouncer; a prune killed with SIGKILL holds it until the
+/// lease expires (2 minutes plus --sleep). SIGTERM or Ctrl-C stops after the current batch.
+///
+/// On a terminal a progress bar; otherwise one summary line (rows per table, batches, elapsed,
+/// rate). Exit codes: 0 done or stopped by a limit or signal; 3 database unreachable; 4 another
+/// prune holds the lock.
+///
+/// Examples:
+///   outboxctl prune --older-than 7d
+///   outboxctl prune --older-than 7d --dead-older-than 30d --processed-older-than 14d
+///   outboxctl prune --older-than 7d --max-duration 10m --sleep 100ms
+#[derive(Debug, Args)]
+#[command(
+    verbatim_doc_comment,
+    about = "Delete published events past their retention, in short batches (for cron)"
+)]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true)
+    .args(["older_than", "dead_older_than", "processed_older_than"])))]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// Delete events published more than this long ago (database clock), e.g. 7d.
+    #[arg(long, env = "OUTBOXCTL_PRUNE_OLDER_THAN", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub older_than: Option<Duration>,
+
+    /// Also delete dead-lettered events dead for longer than this, e.g. 30d. Off by default.
+    #[arg(long, env = "OUTBOXCTL_PRUNE_DEAD_OLDER_THAN", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub dead_older_than: Option<Duration>,
+
+    /// Also delete processed_messages rows (consumer dedup) older than this, e.g. 14d. Off by
+    /// default; keep it longer than any redelivery can take.
+    #[arg(long, env = "OUTBOXCTL_PRUNE_PROCESSED_OLDER_THAN", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub processed_older_than: Option<Duration>,
+
+    /// Rows deleted per batch (one short transaction each).
+    #[arg(long, env = "OUTBOXCTL_PRUNE_BATCH_SIZE", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch_size: u32,
+
+    /// Pause between batches (throttle), e.g. 50ms.
+    #[arg(long, env = "OUTBOXCTL_PRUNE_SLEEP", default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+    pub sleep: Duration,
+
+    /// Start no batch after this long (the cron window), e.g. 10m.
+    #[arg(long, env = "OUTBOXCTL_PRUNE_MAX_DURATION", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub max_duration: Option<Duration>,
+
+    /// Stop after this many batches.
+    #[arg(long, env = "OUTBOXCTL_PRUNE_MAX_BATCHES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_batches: Option<u64>,
+
+    /// Count what would be deleted; delete nothing (takes no lock).
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    pub dry_run: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// A uuid.
+pub fn parse_uuid(s: &str) -> Result<uuid::Uuid, String> {
+    uuid::Uuid::parse_str(s.trim())
+        .map_err(|_| format!("`{s}` is not a uuid (e.g. 2f6c1d3e-8a4b-4c55-9d1e-0a7b6c5d4e3f)"))
+}
+
+/// An RFC 3339 time, or a humantime duration meaning that long before now.
+pub fn parse_time_or_ago(s: &str) -> Result<TimeArg, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
+        return Ok(TimeArg::At(t.with_timezone(&chrono::Utc)));
+    }
+    humantime::parse_duration(s.trim())
+        .map(TimeArg::Ago)
+        .map_err(|_| {
+            format!("`{s}` is neither an RFC 3339 time nor a duration; use e.g. 2026-12-01T09:00:00Z or 2h")
+        })
+}
+
 /// A humantime duration (`5m`, `7d`, `250ms`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
@@ -394,6 +874,21 @@ mod tests {
             parse_nonzero_duration("1h").unwrap(),
             Duration::from_secs(3600)
         );
+    }
+
+    #[test]
+    fn time_or_ago() {
+        assert_eq!(
+            parse_time_or_ago("2h").unwrap(),
+            TimeArg::Ago(Duration::from_secs(7200))
+        );
+        assert!(matches!(
+            parse_time_or_ago("2026-12-01T09:00:00Z").unwrap(),
+            TimeArg::At(_)
+        ));
+        assert!(parse_time_or_ago("yesterday").is_err());
+        assert!(parse_uuid("not-a-uuid").is_err());
+        assert!(parse_uuid("2f6c1d3e-8a4b-4c55-9d1e-0a7b6c5d4e3f").is_ok());
     }
 
     #[test]

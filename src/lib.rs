@@ -6,10 +6,12 @@
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod confirm;
 pub mod db;
 pub mod exit;
 pub mod logging;
 pub mod output;
+pub mod select;
 
 use cli::{Cli, Command};
 
@@ -33,6 +35,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Migrate(args) => cmd::migrate::run(args).await,
             Command::Publish(args) => cmd::publish::run(args).await,
             Command::Stats(args) => cmd::stats::run(args).await,
+            Command::Dead(args) => cmd::dead::run(args).await,
+            Command::Requeue(args) => cmd::requeue::run(args).await,
+            Command::Events(args) => cmd::events::run(args).await,
+            Command::Prune(args) => cmd::prune::run(args).await,
             Command::Relay(_) | Command::Demo(_) => anyhow::bail!("not yet"),
             Command::Completions(_) => unreachable!("handled above"),
         }

@@ -32,9 +32,11 @@ pub fn print_table(t: &Table) -> anyhow::Result<()> {
 
 /// Prints a report as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
-    writeln!(out)?;
+    // Serialise first, then write: an io::Error (e.g. a broken pipe under `| head`) then stays
+    // an io::Error in the chain instead of being wrapped in a serde_json::Error.
+    let mut text = serde_json::to_vec_pretty(value)?;
+    text.push(b'\n');
+    std::io::stdout().lock().write_all(&text)?;
     Ok(())
 }
 

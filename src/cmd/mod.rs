@@ -2,6 +2,11 @@
 //! and returns an exit code.
 
 pub mod completions;
+pub mod dead;
+pub mod events;
 pub mod migrate;
+pub mod prune;
 pub mod publish;
+pub mod requeue;
 pub mod stats;
+pub mod view;

@@ -4,7 +4,10 @@
 //! Every connection's `search_path` is the configured schema (set at connect time from the
 //! validated [`Schema`](crate::config::Schema)), so statements name tables unqualified.
 
+pub mod dead;
+pub mod events;
 pub mod migrate;
+pub mod prune;
 pub mod publish;
 pub mod relay;
 pub mod stats;

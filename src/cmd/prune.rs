@@ -1,0 +1,486 @@
+//! `outboxctl prune`: retention for published events (and optionally dead letters and the
+//! consumer dedup table), built to run from cron beside live relays.
+//!
+//! Why it looks the way it does:
+//! - Batches: each batch is one DELETE statement, so one short transaction holding row locks on at
+//!   most --batch-size rows; the retention predicate is re-checked in the DELETE itself.
+//! - Lock: a lease row in `outbox_locks` (taken and renewed by single autocommit statements)
+//!   instead of a session advisory lock, so it holds behind a transaction-pooling proxy where
+//!   consecutive statements may run on different server sessions. The lease is renewed before
+//!   every batch and expires [`LOCK_TTL`] (+ --sleep) after the last renewal if the process dies.
+//! - Stopping: SIGTERM / SIGINT, --max-duration and --max-batches are checked between batches, so
+//!   a batch in progress always finishes and commits.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgConnection;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::cli::PruneArgs;
+use crate::config::DbConfig;
+use crate::db;
+use crate::exit::{CodedError, OK};
+use crate::output;
+
+/// Name of the prune lease in `outbox_locks`.
+pub const LOCK_NAME: &str = "prune";
+/// How long the lease outlives its last renewal (plus --sleep).
+pub const LOCK_TTL: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Published,
+    Dead,
+    Processed,
+}
+
+impl Target {
+    fn label(self) -> &'static str {
+        match self {
+            Target::Published => "published",
+            Target::Dead => "dead",
+            Target::Processed => "processed_messages",
+        }
+    }
+
+    fn noun(self, n: u64) -> String {
+        match self {
+            Target::Published => output::plural(n, "published event", "published events"),
+            Target::Dead => output::plural(n, "dead event", "dead events"),
+            Target::Processed => output::plural(n, "processed message", "processed messages"),
+        }
+    }
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    /// Nothing older than the retention is left.
+    Done,
+    MaxDuration,
+    MaxBatches,
+    /// SIGTERM or SIGINT, after the batch in progress.
+    Signal,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TableReport {
+    /// Rows older than this go (database clock at the start of the run minus the retention).
+    pub cutoff: DateTime<Utc>,
+    pub deleted: u64,
+    /// With --dry-run: how many rows are older than the cutoff.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub would_delete: Option<u64>,
+}
+
+/// The `--json` summary (and what the summary line says).
+#[derive(Debug, Clone, Serialize)]
+pub struct PruneReport {
+    pub schema: String,
+    pub dry_run: bool,
+    /// Absent with --dry-run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<StopReason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub published: Option<TableReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead: Option<TableReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processed_messages: Option<TableReport>,
+    /// Rows deleted, all tables.
+    pub deleted: u64,
+    pub batches: u64,
+    pub elapsed_ms: u64,
+    /// The longest single batch (DELETE statement), in milliseconds.
+    pub longest_batch_ms: u64,
+    pub rows_per_second: f64,
+}
+
+impl PruneReport {
+    fn table_mut(&mut self, t: Target) -> Option<&mut TableReport> {
+        match t {
+            Target::Published => self.published.as_mut(),
+            Target::Dead => self.dead.as_mut(),
+            Target::Processed => self.processed_messages.as_mut(),
+        }
+    }
+
+    fn tables(&self) -> Vec<(Target, &TableReport)> {
+        [
+            (Target::Published, &self.published),
+            (Target::Dead, &self.dead),
+            (Target::Processed, &self.processed_messages),
+        ]
+        .into_iter()
+        .filter_map(|(t, r)| r.as_ref().map(|r| (t, r)))
+        .collect()
+    }
+
+    /// The one line printed at the end (what cron mails).
+    pub fn summary_line(&self) -> String {
+        let parts: Vec<String> = self
+            .tables()
+            .into_iter()
+            .map(|(t, r)| match r.would_delete {
+                Some(n) => format!(
+                    "{} (before {})",
+                    t.noun(n),
+                    r.cutoff.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+                None => t.noun(r.deleted),
+            })
+            .collect();
+        let list = match parts.len() {
+            0 => String::new(),
+            1 => parts[0].clone(),
+            n => format!("{} and {}", parts[..n - 1].join(", "), parts[n - 1]),
+        };
+        if self.dry_run {
+            return format!("prune: would delete {list} (dry run: nothing deleted)");
+        }
+        let mut s = format!(
+            "prune: deleted {list} in {} in {} ({:.0} rows/s, longest batch {})",
+            output::plural(self.batches, "batch", "batches"),
+            output::human_duration(Duration::from_millis(self.elapsed_ms)),
+            self.rows_per_second,
+            output::human_duration(Duration::from_millis(self.longest_batch_ms)),
+        );
+        match self.stop_reason {
+            Some(StopReason::MaxDuration) => {
+                s.push_str("; stopped at --max-duration, older rows may remain")
+            }
+            Some(StopReason::MaxBatches) => {
+                s.push_str("; stopped at --max-batches, older rows may remain")
+            }
+            Some(StopReason::Signal) => s.push_str("; stopped by a signal after the current batch"),
+            _ => {}
+        }
+        s
+    }
+}
+
+fn micros(d: Duration, flag: &str) -> Result<i64, CodedError> {
+    i64::try_from(d.as_micros())
+        .ok()
+        .filter(|m| *m < 1_000 * 365 * 86_400 * 1_000_000)
+        .ok_or_else(|| CodedError::usage(format!("{flag} is too long; use at most 1000 years")))
+}
+
+pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
+    let cfg = DbConfig::from_args(&args.db)?;
+    let mut wanted = Vec::new();
+    for (t, d, flag) in [
+        (Target::Published, args.older_than, "--older-than"),
+        (Target::Dead, args.dead_older_than, "--dead-older-than"),
+        (
+            Target::Processed,
+            args.processed_older_than,
+            "--processed-older-than",
+        ),
+    ] {
+        if let Some(d) = d {
+            wanted.push((t, micros(d, flag)?));
+        }
+    }
+    let json = args.output.json;
+    let pool = db::pool_migrated(&cfg, 1).await?;
+    let mut conn = pool.acquire().await?;
+
+    let mut plan = Vec::new();
+    for (t, m) in wanted {
+        plan.push((t, db::prune::cutoff(&mut conn, m).await?));
+    }
+    let mut report = PruneReport {
+        schema: cfg.schema.name().to_owned(),
+        dry_run: args.dry_run,
+        stop_reason: None,
+        published: None,
+        dead: None,
+        processed_messages: None,
+        deleted: 0,
+        batches: 0,
+        elapsed_ms: 0,
+        longest_batch_ms: 0,
+        rows_per_second: 0.0,
+    };
+    for (t, cutoff) in &plan {
+        let r = Some(TableReport {
+            cutoff: *cutoff,
+            deleted: 0,
+            would_delete: None,
+        });
+        match t {
+            Target::Published => report.published = r,
+            Target::Dead => report.dead = r,
+            Target::Processed => report.processed_messages = r,
+        }
+    }
+
+    if args.dry_run {
+        for (t, cutoff) in &plan {
+            let n = count(&mut conn, *t, *cutoff).await?;
+            if let Some(r) = report.table_mut(*t) {
+                r.would_delete = Some(n);
+            }
+        }
+        print(&report, json)?;
+        return Ok(OK);
+    }
+
+    if !db::events::table_exists(&mut conn, "outbox_locks").await? {
+        anyhow::bail!(
+            "schema `{}` has no prune lock table yet: run `outboxctl migrate --schema {}` first",
+            cfg.schema.name(),
+            cfg.schema.name()
+        );
+    }
+    let stop = stop_on_signal()?;
+    let holder = Uuid::new_v4();
+    let ttl = micros(LOCK_TTL + args.sleep, "--sleep")?;
+    let info = format!("outboxctl prune (pid {})", std::process::id());
+    if !db::prune::try_lock(&mut conn, LOCK_NAME, holder, &info, ttl).await? {
+        let held = match db::prune::lock_holder(&mut conn, LOCK_NAME).await? {
+            Some(h) => format!(
+                "{}, running since {}; its lease ends at {} unless renewed",
+                h.holder_info,
+                h.acquired_at.to_rfc3339(),
+                h.expires_at.to_rfc3339()
+            ),
+            None => "it has just finished".to_owned(),
+        };
+        return Err(CodedError::locked(format!(
+            "another prune is running on schema `{}` ({held}); this run deleted nothing",
+            cfg.schema.name()
+        ))
+        .into());
+    }
+    let result = prune_locked(
+        &mut conn,
+        &args,
+        &plan,
+        &mut report,
+        holder,
+        ttl,
+        stop,
+        json,
+    )
+    .await;
+    let unlock = db::prune::unlock(&mut conn, LOCK_NAME, holder).await;
+    result?;
+    unlock?;
+    print(&report, json)?;
+    Ok(OK)
+}
+
+fn print(report: &PruneReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        output::print_json(report)
+    } else {
+        println!("{}", report.summary_line());
+        Ok(())
+    }
+}
+
+async fn count(conn: &mut PgConnection, t: Target, cutoff: DateTime<Utc>) -> anyhow::Result<u64> {
+    let n = match t {
+        Target::Published => db::prune::count_published(conn, cutoff).await?,
+        Target::Dead => db::prune::count_dead(conn, cutoff).await?,
+        Target::Processed => db::prune::count_processed(conn, cutoff).await?,
+    };
+    Ok(n.max(0) as u64)
+}
+
+/// A flag that turns true on SIGTERM or SIGINT.
+fn stop_on_signal() -> anyhow::Result<watch::Receiver<bool>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (tx, rx) = watch::channel(false);
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("signal received: stopping after the current batch");
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+/// Why to stop before the next batch, if at all.
+fn should_stop(
+    signalled: bool,
+    batches: u64,
+    elapsed: Duration,
+    max_batches: Option<u64>,
+    max_duration: Option<Duration>,
+) -> Option<StopReason> {
+    if signalled {
+        Some(StopReason::Signal)
+    } else if max_batches.is_some_and(|m| batches >= m) {
+        Some(StopReason::MaxBatches)
+    } else if max_duration.is_some_and(|m| elapsed >= m) {
+        Some(StopReason::MaxDuration)
+    } else {
+        None
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn prune_locked(
+    conn: &mut PgConnection,
+    args: &PruneArgs,
+    plan: &[(Target, DateTime<Utc>)],
+    report: &mut PruneReport,
+    holder: Uuid,
+    ttl_micros: i64,
+    mut stop: watch::Receiver<bool>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let n = args.batch_size;
+    // Counting costs an index range scan: only worth it to size a visible progress bar.
+    let spinner = output::progress(None, json, "counting rows to prune");
+    let pb = if spinner.is_hidden() {
+        spinner
+    } else {
+        let mut total = 0;
+        for (t, cutoff) in plan {
+            total += count(conn, *t, *cutoff).await?;
+        }
+        spinner.finish_and_clear();
+        output::progress(Some(total), json, "pruning")
+    };
+    let mut longest = Duration::ZERO;
+    let mut reason = StopReason::Done;
+    'tables: for (target, cutoff) in plan {
+        let mut from_time: Option<DateTime<Utc>> = None;
+        let mut from_tid: Option<String> = None;
+        loop {
+            if let Some(r) = should_stop(
+                *stop.borrow(),
+                report.batches,
+                started.elapsed(),
+                args.max_batches,
+                args.max_duration,
+            ) {
+                reason = r;
+                break 'tables;
+            }
+            if report.batches > 0
+                && !db::prune::renew_lock(conn, LOCK_NAME, holder, ttl_micros).await?
+            {
+                anyhow::bail!(
+                    "lost the prune lock (its lease expired and another prune took it); stopped after {}",
+                    output::plural(report.batches, "batch", "batches")
+                );
+            }
+            let t0 = Instant::now();
+            let deleted = match target {
+                Target::Published => {
+                    let b = db::prune::delete_published(conn, *cutoff, from_time, n).await?;
+                    from_time = b.next.or(from_time);
+                    b.deleted
+                }
+                Target::Dead => {
+                    let b = db::prune::delete_dead(conn, *cutoff, from_time, n).await?;
+                    from_time = b.next.or(from_time);
+                    b.deleted
+                }
+                Target::Processed => {
+                    let b = db::prune::delete_processed(conn, *cutoff, from_tid.clone(), n).await?;
+                    from_tid = b.next.or(from_tid);
+                    b.deleted
+                }
+            };
+            let took = t0.elapsed();
+            longest = longest.max(took);
+            report.batches += 1;
+            report.deleted += deleted;
+            if let Some(r) = report.table_mut(*target) {
+                r.deleted += deleted;
+            }
+            pb.inc(deleted);
+            tracing::info!(
+                table = target.label(),
+                batch = report.batches,
+                deleted,
+                ms = took.as_millis() as u64,
+                "prune batch"
+            );
+            if deleted < u64::from(n) {
+                break; // fewer than a full batch left: this table is done
+            }
+            if !args.sleep.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(args.sleep) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let elapsed = started.elapsed();
+    report.stop_reason = Some(reason);
+    report.elapsed_ms = elapsed.as_millis() as u64;
+    report.longest_batch_ms = longest.as_millis() as u64;
+    report.rows_per_second = report.deleted as f64 / elapsed.as_secs_f64().max(0.001);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_rules() {
+        let s = Duration::from_secs;
+        assert_eq!(should_stop(false, 0, s(0), None, None), None);
+        assert_eq!(
+            should_stop(true, 0, s(0), None, None),
+            Some(StopReason::Signal)
+        );
+        assert_eq!(
+            should_stop(false, 3, s(0), Some(3), None),
+            Some(StopReason::MaxBatches)
+        );
+        assert_eq!(should_stop(false, 2, s(0), Some(3), None), None);
+        assert_eq!(
+            should_stop(false, 0, s(10), None, Some(s(10))),
+            Some(StopReason::MaxDuration)
+        );
+        assert_eq!(should_stop(false, 0, s(9), None, Some(s(10))), None);
+    }
+
+    #[test]
+    fn summary_plurals() {
+        let t = |n| {
+            Some(TableReport {
+                cutoff: DateTime::<Utc>::UNIX_EPOCH,
+                deleted: n,
+                would_delete: None,
+            })
+        };
+        let r = PruneReport {
+            schema: "s".into(),
+            dry_run: false,
+            stop_reason: Some(StopReason::Done),
+            published: t(1),
+            dead: t(2),
+            processed_messages: None,
+            deleted: 3,
+            batches: 1,
+            elapsed_ms: 1500,
+            longest_batch_ms: 20,
+            rows_per_second: 2.0,
+        };
+        assert_eq!(
+            r.summary_line(),
+            "prune: deleted 1 published event and 2 dead events in 1 batch in 1s 500ms (2 rows/s, longest batch 20ms)"
+        );
+    }
+}

@@ -1,0 +1,100 @@
+//! Dead-letter statements: requeue (with its audit row) and discard, one batch of ids each.
+//!
+//! Both re-check in the statement itself that a row is still dead-lettered, under the row lock, so
+//! they are safe beside relays and beside each other: a row is requeued or discarded at most once,
+//! and a row that stopped being dead since it was selected is left alone.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgConnection;
+
+/// How to requeue.
+#[derive(Debug, Clone)]
+pub struct RequeueSpec {
+    /// Keep attempt_count instead of resetting it to 0.
+    pub keep_attempts: bool,
+    /// available_at = now() + this.
+    pub delay_micros: i64,
+    /// Recorded in the audit row.
+    pub reason: Option<String>,
+}
+
+/// Requeues those of `ids` that are still dead: clears dead_lettered_at and the lease
+/// (locked_until, claim_token, so a stale settle from an old claim matches nothing), resets
+/// attempt_count unless asked not to, sets available_at, and writes one `outbox_requeues` row per
+/// event with its previous values, all in one statement. last_error is kept. Returns the ids
+/// requeued.
+pub async fn requeue(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    spec: &RequeueSpec,
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "WITH old AS (
+             SELECT id, dead_lettered_at, attempt_count, last_error
+               FROM outbox
+              WHERE id = ANY($1) AND dead_lettered_at IS NOT NULL AND published_at IS NULL
+              ORDER BY id
+                FOR UPDATE
+         ), requeued AS (
+             UPDATE outbox o
+                SET dead_lettered_at = NULL,
+                    locked_until     = NULL,
+                    claim_token      = NULL,
+                    attempt_count    = CASE WHEN $2 THEN o.attempt_count ELSE 0 END,
+                    available_at     = now() + $3::bigint * interval '1 microsecond'
+               FROM old
+              WHERE o.id = old.id
+          RETURNING o.id, o.available_at, old.dead_lettered_at, old.attempt_count, old.last_error
+         )
+         INSERT INTO outbox_requeues
+                (event_id, reason, previous_dead_lettered_at, previous_attempt_count,
+                 previous_last_error, kept_attempts, available_at)
+         SELECT id, $4, dead_lettered_at, attempt_count, last_error, $2, available_at
+           FROM requeued
+         RETURNING event_id",
+    )
+    .bind(ids)
+    .bind(spec.keep_attempts)
+    .bind(spec.delay_micros)
+    .bind(spec.reason.as_deref())
+    .fetch_all(conn)
+    .await
+}
+
+/// Deletes those of `ids` that are still dead-lettered. Returns the ids deleted.
+pub async fn discard(conn: &mut PgConnection, ids: &[i64]) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "DELETE FROM outbox
+          WHERE id = ANY($1) AND dead_lettered_at IS NOT NULL AND published_at IS NULL
+         RETURNING id",
+    )
+    .bind(ids)
+    .fetch_all(conn)
+    .await
+}
+
+/// One audit row of a requeue.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct RequeueRecord {
+    pub requeued_at: DateTime<Utc>,
+    pub requeued_by: String,
+    pub reason: Option<String>,
+    pub previous_dead_lettered_at: Option<DateTime<Utc>>,
+    pub previous_attempt_count: i32,
+    pub previous_last_error: Option<String>,
+    pub kept_attempts: bool,
+    pub available_at: DateTime<Utc>,
+}
+
+/// The requeue history of one event, oldest first.
+pub async fn history(conn: &mut PgConnection, event_id: i64) -> sqlx::Result<Vec<RequeueRecord>> {
+    sqlx::query_as(
+        "SELECT requeued_at, requeued_by, reason, previous_dead_lettered_at,
+                previous_attempt_count, previous_last_error, kept_attempts, available_at
+           FROM outbox_requeues WHERE event_id = $1 ORDER BY id",
+    )
+    .bind(event_id)
+    .fetch_all(conn)
+    .await
+}

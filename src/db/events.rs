@@ -1,0 +1,364 @@
+//! Reading events in any state, and the statements behind `events cancel` / `events reschedule`.
+//!
+//! Filters become bound parameters through [`push_filter`]; the SQL text only varies with which
+//! filters are present, from fixed fragments in this file.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::{PgConnection, Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use crate::cli::TimeArg;
+use crate::select::EventFilter;
+
+/// An event's state, as the relay defines it. Computed in SQL by [`STATE_SQL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventState {
+    /// Due and not leased: the next claim may take it.
+    Ready,
+    /// Not yet due (delayed, or waiting for a retry), not leased.
+    Scheduled,
+    /// Leased by a relay that is publishing it.
+    InFlight,
+    Published,
+    Dead,
+}
+
+/// The state of a row, newest fact first: published, dead, leased, due later, ready.
+pub const STATE_SQL: &str = "CASE WHEN published_at IS NOT NULL THEN 'published' \
+     WHEN dead_lettered_at IS NOT NULL THEN 'dead' \
+     WHEN locked_until >= now() THEN 'in-flight' \
+     WHEN available_at > now() THEN 'scheduled' \
+     ELSE 'ready' END";
+
+impl EventState {
+    pub const ALL: [EventState; 5] = [
+        EventState::Ready,
+        EventState::Scheduled,
+        EventState::InFlight,
+        EventState::Published,
+        EventState::Dead,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventState::Ready => "ready",
+            EventState::Scheduled => "scheduled",
+            EventState::InFlight => "in-flight",
+            EventState::Published => "published",
+            EventState::Dead => "dead",
+        }
+    }
+
+    /// A WHERE fragment matching exactly the rows [`STATE_SQL`] calls `self`.
+    fn predicate(self) -> &'static str {
+        match self {
+            EventState::Ready => {
+                "(published_at IS NULL AND dead_lettered_at IS NULL AND available_at <= now() \
+                 AND (locked_until IS NULL OR locked_until < now()))"
+            }
+            EventState::Scheduled => {
+                "(published_at IS NULL AND dead_lettered_at IS NULL AND available_at > now() \
+                 AND (locked_until IS NULL OR locked_until < now()))"
+            }
+            EventState::InFlight => {
+                "(published_at IS NULL AND dead_lettered_at IS NULL AND locked_until >= now())"
+            }
+            EventState::Published => "(published_at IS NOT NULL)",
+            EventState::Dead => "(dead_lettered_at IS NOT NULL AND published_at IS NULL)",
+        }
+    }
+}
+
+impl TryFrom<String> for EventState {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        EventState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| format!("unknown event state `{s}`"))
+    }
+}
+
+impl std::fmt::Display for EventState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One outbox row, every column, with its state.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct EventRow {
+    pub id: i64,
+    #[sqlx(try_from = "String")]
+    pub state: EventState,
+    pub tenant_id: Uuid,
+    pub event_type: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub idempotency_key: String,
+    pub payload: Value,
+    pub headers: Value,
+    pub attempt_count: i32,
+    pub created_at: DateTime<Utc>,
+    pub available_at: DateTime<Utc>,
+    pub locked_until: Option<DateTime<Utc>>,
+    pub claim_token: Option<Uuid>,
+    pub published_at: Option<DateTime<Utc>>,
+    pub dead_lettered_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+}
+
+fn push_columns(qb: &mut QueryBuilder<'_, Postgres>) {
+    qb.push(
+        "SELECT id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, \
+         headers, attempt_count, created_at, available_at, locked_until, claim_token, \
+         published_at, dead_lettered_at, last_error, ",
+    );
+    qb.push(STATE_SQL);
+    qb.push(" AS state FROM outbox");
+}
+
+/// Which rows a read looks at, and by which time column `--since`/`--until` filter.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    /// Dead letters; time = dead_lettered_at; newest dead first.
+    Dead,
+    /// Rows in any of these states (all when empty); time = created_at; newest first.
+    States(&'a [EventState]),
+}
+
+impl Scope<'_> {
+    fn time_column(self) -> &'static str {
+        match self {
+            Scope::Dead => "dead_lettered_at",
+            Scope::States(_) => "created_at",
+        }
+    }
+
+    fn push_predicate(self, qb: &mut QueryBuilder<'_, Postgres>) {
+        match self {
+            Scope::Dead => {
+                qb.push(EventState::Dead.predicate());
+            }
+            Scope::States([]) => {
+                qb.push("TRUE");
+            }
+            Scope::States(states) => {
+                qb.push("(");
+                for (i, s) in states.iter().enumerate() {
+                    if i > 0 {
+                        qb.push(" OR ");
+                    }
+                    qb.push(s.predicate());
+                }
+                qb.push(")");
+            }
+        }
+    }
+
+    fn order_by(self) -> &'static str {
+        match self {
+            Scope::Dead => " ORDER BY dead_lettered_at DESC, id DESC",
+            Scope::States(_) => " ORDER BY id DESC",
+        }
+    }
+}
+
+fn push_time(qb: &mut QueryBuilder<'_, Postgres>, t: TimeArg) {
+    match t {
+        TimeArg::At(at) => {
+            qb.push_bind(at);
+        }
+        TimeArg::Ago(d) => {
+            qb.push("(now() - ")
+                .push_bind(i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+                .push("::bigint * interval '1 microsecond')");
+        }
+    }
+}
+
+/// Appends ` AND ...` for every filter that is set, each value a bound parameter.
+pub fn push_filter(qb: &mut QueryBuilder<'_, Postgres>, f: &EventFilter, time_column: &str) {
+    if let Some(p) = &f.event_type_like {
+        qb.push(" AND event_type LIKE ")
+            .push_bind(p.clone())
+            .push(" ESCAPE '\\'");
+    }
+    if let Some(t) = f.tenant {
+        qb.push(" AND tenant_id = ").push_bind(t);
+    }
+    if let Some(a) = &f.aggregate_type {
+        qb.push(" AND aggregate_type = ").push_bind(a.clone());
+    }
+    if let Some(a) = &f.aggregate_id {
+        qb.push(" AND aggregate_id = ").push_bind(a.clone());
+    }
+    if let Some(t) = f.since {
+        qb.push(" AND ").push(time_column).push(" >= ");
+        push_time(qb, t);
+    }
+    if let Some(t) = f.until {
+        qb.push(" AND ").push(time_column).push(" < ");
+        push_time(qb, t);
+    }
+    if let Some(p) = &f.error_like {
+        qb.push(" AND last_error ILIKE ")
+            .push_bind(p.clone())
+            .push(" ESCAPE '\\'");
+    }
+    if let Some(re) = &f.error_regex {
+        qb.push(" AND last_error ~ ").push_bind(re.clone());
+    }
+}
+
+/// Rows in `scope` matching `filter`, newest first, at most `limit`.
+pub async fn list(
+    conn: &mut PgConnection,
+    scope: Scope<'_>,
+    filter: &EventFilter,
+    ids: Option<&[i64]>,
+    limit: Option<u64>,
+) -> sqlx::Result<Vec<EventRow>> {
+    let mut qb = QueryBuilder::new("");
+    push_columns(&mut qb);
+    qb.push(" WHERE ");
+    scope.push_predicate(&mut qb);
+    if let Some(ids) = ids {
+        qb.push(" AND id = ANY(").push_bind(ids.to_vec()).push(")");
+    }
+    push_filter(&mut qb, filter, scope.time_column());
+    qb.push(scope.order_by());
+    qb.push(" LIMIT ")
+        .push_bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)));
+    qb.build_query_as().fetch_all(conn).await
+}
+
+/// Ids of dead letters matching the selection, newest dead first, at most `limit`.
+pub async fn dead_ids(
+    conn: &mut PgConnection,
+    filter: &EventFilter,
+    ids: Option<&[i64]>,
+    limit: Option<u64>,
+) -> sqlx::Result<Vec<i64>> {
+    let mut qb = QueryBuilder::new("SELECT id FROM outbox WHERE ");
+    Scope::Dead.push_predicate(&mut qb);
+    if let Some(ids) = ids {
+        qb.push(" AND id = ANY(").push_bind(ids.to_vec()).push(")");
+    }
+    push_filter(&mut qb, filter, Scope::Dead.time_column());
+    qb.push(Scope::Dead.order_by());
+    qb.push(" LIMIT ")
+        .push_bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)));
+    qb.build_query_scalar().fetch_all(conn).await
+}
+
+/// One row by id.
+pub async fn get(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<EventRow>> {
+    let mut qb = QueryBuilder::new("");
+    push_columns(&mut qb);
+    qb.push(" WHERE id = ").push_bind(id);
+    qb.build_query_as().fetch_optional(conn).await
+}
+
+/// The current state of each of `ids` that exists (no locks taken).
+pub async fn states(conn: &mut PgConnection, ids: &[i64]) -> sqlx::Result<Vec<(i64, EventState)>> {
+    let rows: Vec<(i64, String)> = sqlx::query_as(&format!(
+        "SELECT id, {STATE_SQL} FROM outbox WHERE id = ANY($1) ORDER BY id"
+    ))
+    .bind(ids)
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|(id, s)| {
+            EventState::try_from(s)
+                .map(|st| (id, st))
+                .map_err(|e| sqlx::Error::Decode(e.into()))
+        })
+        .collect()
+}
+
+/// Locks those of `ids` that no one else has locked (FOR UPDATE SKIP LOCKED) and returns their
+/// states. A row missing from the answer either does not exist or is locked by another
+/// transaction, e.g. a relay in `tx` mode publishing it right now. Call inside a transaction.
+pub async fn lock_states(
+    conn: &mut PgConnection,
+    ids: &[i64],
+) -> sqlx::Result<Vec<(i64, EventState)>> {
+    let rows: Vec<(i64, String)> = sqlx::query_as(&format!(
+        "SELECT id, {STATE_SQL} FROM outbox WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED"
+    ))
+    .bind(ids)
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|(id, s)| {
+            EventState::try_from(s)
+                .map(|st| (id, st))
+                .map_err(|e| sqlx::Error::Decode(e.into()))
+        })
+        .collect()
+}
+
+/// Deletes unpublished rows among `ids`; leased ones only with `force`. The state is re-checked in
+/// the statement. Returns the ids deleted.
+pub async fn delete_unpublished(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    force: bool,
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "DELETE FROM outbox
+          WHERE id = ANY($1) AND published_at IS NULL
+            AND ($2 OR locked_until IS NULL OR locked_until < now())
+         RETURNING id",
+    )
+    .bind(ids)
+    .bind(force)
+    .fetch_all(conn)
+    .await
+}
+
+/// Moves available_at of pending, unleased rows among `ids` to `at`, or to now + `delay_micros`.
+/// The state is re-checked in the statement. Returns each id moved and its new due time.
+pub async fn reschedule(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    at: Option<DateTime<Utc>>,
+    delay_micros: i64,
+) -> sqlx::Result<Vec<(i64, DateTime<Utc>)>> {
+    sqlx::query_as(
+        "UPDATE outbox
+            SET available_at = coalesce($2, now() + $3::bigint * interval '1 microsecond')
+          WHERE id = ANY($1) AND published_at IS NULL AND dead_lettered_at IS NULL
+            AND (locked_until IS NULL OR locked_until < now())
+         RETURNING id, available_at",
+    )
+    .bind(ids)
+    .bind(at)
+    .bind(delay_micros)
+    .fetch_all(conn)
+    .await
+}
+
+/// Checks that PostgreSQL accepts `re` as a regular expression; returns its complaint if not.
+pub async fn check_regex(conn: &mut PgConnection, re: &str) -> sqlx::Result<Option<String>> {
+    match sqlx::query("SELECT '' ~ $1").bind(re).execute(conn).await {
+        Ok(_) => Ok(None),
+        // 2201B: invalid_regular_expression
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("2201B") => {
+            Ok(Some(e.message().to_owned()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `table` exists in the schema (tables added by a later migration may be missing).
+pub async fn table_exists(conn: &mut PgConnection, table: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(table)
+        .fetch_one(conn)
+        .await
+}

@@ -1,0 +1,225 @@
+//! Prune statements: one short DELETE per batch, and the lease that keeps prunes from overlapping.
+//!
+//! Each batch picks at most `n` ctids with a bounded index (or TID range) scan and deletes them in
+//! the same statement, re-checking the retention predicate in the DELETE itself: a row that is
+//! not (or no longer) eligible is never deleted, whatever happened between the pick and the
+//! delete. Each batch also returns where it stopped so the next one starts there, instead of
+//! walking again over the index entries of rows already deleted (they stay until VACUUM).
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// What one batch did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch<K> {
+    pub deleted: u64,
+    /// Where the next batch starts (None when nothing was deleted).
+    pub next: Option<K>,
+}
+
+/// now() - `micros`, from the database clock.
+pub async fn cutoff(conn: &mut PgConnection, micros: i64) -> sqlx::Result<DateTime<Utc>> {
+    sqlx::query_scalar("SELECT now() - $1::bigint * interval '1 microsecond'")
+        .bind(micros)
+        .fetch_one(conn)
+        .await
+}
+
+/// Published events published before `cutoff`.
+pub async fn count_published(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at < $1")
+        .bind(cutoff)
+        .fetch_one(conn)
+        .await
+}
+
+/// Dead letters dead-lettered before `cutoff`.
+pub async fn count_dead(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox WHERE dead_lettered_at < $1 AND published_at IS NULL",
+    )
+    .bind(cutoff)
+    .fetch_one(conn)
+    .await
+}
+
+/// processed_messages rows processed before `cutoff`.
+pub async fn count_processed(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM processed_messages WHERE processed_at < $1")
+        .bind(cutoff)
+        .fetch_one(conn)
+        .await
+}
+
+/// Deletes up to `n` events published before `cutoff`, oldest first, starting at `from` (the
+/// previous batch's `next`). Reads a range of `outbox_published_at_idx`.
+pub async fn delete_published(
+    conn: &mut PgConnection,
+    cutoff: DateTime<Utc>,
+    from: Option<DateTime<Utc>>,
+    n: u32,
+) -> sqlx::Result<Batch<DateTime<Utc>>> {
+    let (deleted, next): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
+        "WITH d AS (
+             DELETE FROM outbox
+              WHERE ctid = ANY(ARRAY(
+                        SELECT ctid FROM outbox
+                         WHERE published_at < $1
+                           AND published_at >= coalesce($2, '-infinity'::timestamptz)
+                         ORDER BY published_at
+                         LIMIT $3))
+                AND published_at < $1
+             RETURNING published_at)
+         SELECT count(*), max(published_at) FROM d",
+    )
+    .bind(cutoff)
+    .bind(from)
+    .bind(i64::from(n))
+    .fetch_one(conn)
+    .await?;
+    Ok(Batch {
+        deleted: deleted as u64,
+        next,
+    })
+}
+
+/// Deletes up to `n` dead letters dead-lettered before `cutoff`, oldest first, starting at `from`.
+/// Reads a range of `outbox_dead_idx`. A row requeued meanwhile is no longer dead and stays.
+pub async fn delete_dead(
+    conn: &mut PgConnection,
+    cutoff: DateTime<Utc>,
+    from: Option<DateTime<Utc>>,
+    n: u32,
+) -> sqlx::Result<Batch<DateTime<Utc>>> {
+    let (deleted, next): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
+        "WITH d AS (
+             DELETE FROM outbox
+              WHERE ctid = ANY(ARRAY(
+                        SELECT ctid FROM outbox
+                         WHERE dead_lettered_at < $1
+                           AND dead_lettered_at >= coalesce($2, '-infinity'::timestamptz)
+                           AND published_at IS NULL
+                         ORDER BY dead_lettered_at
+                         LIMIT $3))
+                AND dead_lettered_at < $1
+                AND published_at IS NULL
+             RETURNING dead_lettered_at)
+         SELECT count(*), max(dead_lettered_at) FROM d",
+    )
+    .bind(cutoff)
+    .bind(from)
+    .bind(i64::from(n))
+    .fetch_one(conn)
+    .await?;
+    Ok(Batch {
+        deleted: deleted as u64,
+        next,
+    })
+}
+
+/// Deletes up to `n` processed_messages rows processed before `cutoff`, walking the heap in ctid
+/// order from `from` (a TID range scan: the table has no index on processed_at, and this never
+/// rereads the pages already pruned). A row skipped here is only left for the next run.
+pub async fn delete_processed(
+    conn: &mut PgConnection,
+    cutoff: DateTime<Utc>,
+    from: Option<String>,
+    n: u32,
+) -> sqlx::Result<Batch<String>> {
+    let (deleted, next): (i64, Option<String>) = sqlx::query_as(
+        "WITH d AS (
+             DELETE FROM processed_messages
+              WHERE ctid = ANY(ARRAY(
+                        SELECT ctid FROM processed_messages
+                         WHERE ctid > coalesce($2::text, '(0,0)')::tid
+                           AND processed_at < $1
+                         LIMIT $3))
+                AND processed_at < $1
+             RETURNING ctid)
+         SELECT count(*), max(ctid)::text FROM d",
+    )
+    .bind(cutoff)
+    .bind(from)
+    .bind(i64::from(n))
+    .fetch_one(conn)
+    .await?;
+    Ok(Batch {
+        deleted: deleted as u64,
+        next,
+    })
+}
+
+/// Who holds a lease.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LockHolder {
+    pub holder_info: String,
+    pub acquired_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Takes the lease `name` for `ttl_micros` unless someone else holds an unexpired one. One
+/// statement, so it works in autocommit behind a transaction-pooling proxy; concurrent callers
+/// serialise on the primary key and exactly one wins.
+pub async fn try_lock(
+    conn: &mut PgConnection,
+    name: &str,
+    holder: Uuid,
+    holder_info: &str,
+    ttl_micros: i64,
+) -> sqlx::Result<bool> {
+    let got: Option<Uuid> = sqlx::query_scalar(
+        "INSERT INTO outbox_locks (name, holder, holder_info, acquired_at, expires_at)
+         VALUES ($1, $2, $3 || ' from ' || coalesce(host(inet_client_addr()), 'local socket'),
+                 now(), now() + $4::bigint * interval '1 microsecond')
+         ON CONFLICT (name) DO UPDATE
+            SET holder = EXCLUDED.holder, holder_info = EXCLUDED.holder_info,
+                acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at
+          WHERE outbox_locks.expires_at < now()
+         RETURNING holder",
+    )
+    .bind(name)
+    .bind(holder)
+    .bind(holder_info)
+    .bind(ttl_micros)
+    .fetch_optional(conn)
+    .await?;
+    Ok(got == Some(holder))
+}
+
+/// The current holder of `name`, if any.
+pub async fn lock_holder(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<LockHolder>> {
+    sqlx::query_as("SELECT holder_info, acquired_at, expires_at FROM outbox_locks WHERE name = $1")
+        .bind(name)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Extends our lease; false when it is no longer ours (it expired and someone else took it).
+pub async fn renew_lock(
+    conn: &mut PgConnection,
+    name: &str,
+    holder: Uuid,
+    ttl_micros: i64,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query(
+        "UPDATE outbox_locks SET expires_at = now() + $3::bigint * interval '1 microsecond'
+          WHERE name = $1 AND holder = $2",
+    )
+    .bind(name)
+    .bind(holder)
+    .bind(ttl_micros)
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Gives the lease back (only if it is still ours).
+pub async fn unlock(conn: &mut PgConnection, name: &str, holder: Uuid) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM outbox_locks WHERE name = $1 AND holder = $2")
+        .bind(name)
+        .bind(holder)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
