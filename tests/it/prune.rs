@@ -1,0 +1,454 @@
+//! `prune`: what goes and what survives, batches, limits, the overlap lock, SIGTERM.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::common::{stderr, stdout, TestDb};
+use crate::fixtures::*;
+
+/// `n` events published `ago`; returns their ids.
+async fn published(db: &TestDb, n: i64, ago: &str) -> Vec<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                             idempotency_key, created_at, available_at, published_at, attempt_count)
+         SELECT gen_random_uuid(), 'order', 'o-' || g, 'order.placed', '{}', gen_random_uuid()::text,
+                now() - $2::interval - interval '1 minute', now() - $2::interval - interval '1 minute',
+                now() - $2::interval, 1
+           FROM generate_series(1, $1::bigint) g
+         RETURNING id",
+    )
+    .bind(n)
+    .bind(ago)
+    .fetch_all(&db.pool)
+    .await
+    .expect("published")
+}
+
+/// Rows that an --older-than prune must never delete, all created long ago: ready, scheduled,
+/// in flight, dead, and published recently. Returns their ids.
+async fn survivors(db: &TestDb) -> Vec<i64> {
+    let mut keep = Vec::new();
+    let r = ready(db).await;
+    let s = ready(db).await;
+    schedule(db, s).await;
+    let f = ready(db).await;
+    lease(db, f).await;
+    let d = ready(db).await;
+    kill(db, d, "30 days", "boom").await;
+    keep.extend([r, s, f, d]);
+    for id in &keep {
+        db.exec(&format!(
+            "UPDATE outbox SET created_at = now() - interval '60 days' WHERE id = {id}"
+        ))
+        .await;
+    }
+    keep.extend(published(db, 2, "1 day").await);
+    keep.sort();
+    keep
+}
+
+#[tokio::test]
+async fn only_published_rows_older_than_the_retention_go() {
+    let db = TestDb::new().await;
+    let old = published(&db, 23, "8 days").await;
+    let keep = survivors(&db).await;
+    assert_eq!(old.len(), 23);
+
+    let v = run_json(
+        &db,
+        &["prune", "--older-than", "7d", "--batch-size", "5", "--json"],
+    );
+    assert_eq!(v["published"]["deleted"], 23, "{v}");
+    assert_eq!(v["deleted"], 23);
+    assert_eq!(v["batches"], 5, "5+5+5+5+3");
+    assert_eq!(v["stop_reason"], "done");
+    assert!(
+        v["dead"].is_null() && v["processed_messages"].is_null(),
+        "{v}"
+    );
+    assert!(v["longest_batch_ms"].is_u64() && v["rows_per_second"].is_number());
+    assert_eq!(ids(&db, "SELECT id FROM outbox").await, keep);
+
+    let out = run(&db, &["prune", "--older-than", "7d"], 0);
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>().len(),
+        1,
+        "one summary line for cron"
+    );
+    assert!(
+        stdout(&out).starts_with("prune: deleted 0 published events in 1 batch in"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(stderr(&out), "", "no progress output off a terminal");
+    assert_eq!(ids(&db, "SELECT id FROM outbox").await, keep);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_locks").await,
+        0,
+        "lock released"
+    );
+}
+
+async fn processed(db: &TestDb, consumer: &str, n: i64, ago: &str) {
+    sqlx::query(
+        "INSERT INTO processed_messages (consumer, message_id, processed_at)
+         SELECT $1, gen_random_uuid()::text, now() - $3::interval FROM generate_series(1, $2::bigint)",
+    )
+    .bind(consumer)
+    .bind(n)
+    .bind(ago)
+    .execute(&db.pool)
+    .await
+    .expect("processed");
+}
+
+#[tokio::test]
+async fn dead_letters_and_processed_messages_go_only_when_asked() {
+    let db = TestDb::new().await;
+    let old_dead = ready(&db).await;
+    kill(&db, old_dead, "40 days", "boom").await;
+    let new_dead = ready(&db).await;
+    kill(&db, new_dead, "1 day", "boom").await;
+    // Old and new rows interleaved on the heap.
+    for _ in 0..4 {
+        processed(&db, "billing", 3, "20 days").await;
+        processed(&db, "recent", 1, "1 hour").await;
+    }
+    let v = run_json(&db, &["prune", "--older-than", "7d", "--json"]);
+    assert_eq!(v["deleted"], 0);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM processed_messages")
+            .await,
+        16
+    );
+    assert_eq!(ids(&db, "SELECT id FROM outbox").await.len(), 2);
+
+    let v = run_json(
+        &db,
+        &[
+            "prune",
+            "--dead-older-than",
+            "30d",
+            "--processed-older-than",
+            "14d",
+            "--batch-size",
+            "5",
+            "--json",
+        ],
+    );
+    assert!(v["published"].is_null(), "{v}");
+    assert_eq!(v["dead"]["deleted"], 1, "{v}");
+    assert_eq!(v["processed_messages"]["deleted"], 12, "{v}");
+    assert_eq!(ids(&db, "SELECT id FROM outbox").await, [new_dead]);
+    let left: Vec<(String, i64)> =
+        sqlx::query_as("SELECT consumer, count(*) FROM processed_messages GROUP BY 1 ORDER BY 1")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(left, [("recent".to_owned(), 4)]);
+    let out = run(
+        &db,
+        &[
+            "prune",
+            "--dead-older-than",
+            "30d",
+            "--processed-older-than",
+            "14d",
+        ],
+        0,
+    );
+    assert!(
+        stdout(&out)
+            .starts_with("prune: deleted 0 dead events and 0 processed messages in 2 batches"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[tokio::test]
+async fn dry_run_counts_and_deletes_nothing() {
+    let db = TestDb::new().await;
+    published(&db, 7, "8 days").await;
+    survivors(&db).await;
+    processed(&db, "billing", 3, "20 days").await;
+    let before = snapshot(&db).await;
+    let v = run_json(
+        &db,
+        &[
+            "prune",
+            "--older-than",
+            "7d",
+            "--dead-older-than",
+            "7d",
+            "--processed-older-than",
+            "7d",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["published"]["would_delete"], 7, "{v}");
+    assert_eq!(v["dead"]["would_delete"], 1, "{v}");
+    assert_eq!(v["processed_messages"]["would_delete"], 3, "{v}");
+    assert_eq!(v["deleted"], 0);
+    let out = run(&db, &["prune", "--older-than", "7d", "--dry-run"], 0);
+    assert!(
+        stdout(&out).starts_with("prune: would delete 7 published events (before "),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(snapshot(&db).await, before);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM processed_messages")
+            .await,
+        3
+    );
+}
+
+#[tokio::test]
+async fn an_overlapping_prune_exits_at_once_with_code_4_and_sigterm_stops_after_the_batch() {
+    let db = TestDb::new().await;
+    published(&db, 3, "8 days").await;
+    let old = || async {
+        db.scalar::<i64>(
+            "SELECT count(*) FROM outbox WHERE published_at < now() - interval '7 days'",
+        )
+        .await
+    };
+    let first = db
+        .cmd()
+        .args([
+            "prune",
+            "--older-than",
+            "7d",
+            "--batch-size",
+            "1",
+            "--sleep",
+            "60s",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first run has taken the lock and finished its first batch; it now sleeps.
+    wait_until(
+        Duration::from_secs(20),
+        "the first prune's first batch",
+        || async { old().await == 2 },
+    )
+    .await;
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_locks").await,
+        1
+    );
+
+    let started = Instant::now();
+    let out = run(&db, &["prune", "--older-than", "7d"], 4);
+    assert!(started.elapsed() < Duration::from_secs(5), "exits at once");
+    let err = stderr(&out);
+    assert!(err.contains("another prune is running"), "{err}");
+    assert!(err.contains(&format!("pid {}", first.id())), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert_eq!(old().await, 2, "the second run deleted nothing");
+    // Counting needs no lock.
+    run(&db, &["prune", "--older-than", "7d", "--dry-run"], 0);
+
+    sigterm(&first);
+    let out = first.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stop_reason"], "signal", "{v}");
+    assert_eq!(v["deleted"], 1);
+    assert_eq!(v["batches"], 1);
+    assert_eq!(old().await, 2);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_locks").await,
+        0,
+        "released"
+    );
+
+    let v = run_json(&db, &["prune", "--older-than", "7d", "--json"]);
+    assert_eq!(v["deleted"], 2);
+    assert_eq!(old().await, 0);
+}
+
+#[tokio::test]
+async fn concurrent_starts_let_exactly_one_prune_run() {
+    let db = TestDb::new().await;
+    published(&db, 5, "8 days").await;
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            db.cmd()
+                .args([
+                    "prune",
+                    "--older-than",
+                    "7d",
+                    "--batch-size",
+                    "1",
+                    "--sleep",
+                    "60s",
+                    "--json",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Three of them give up at once; the fourth holds the lock and sleeps after each batch.
+    let mut running: Vec<std::process::Child> = children;
+    let mut codes = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while codes.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the losers did not exit: {codes:?}"
+        );
+        let mut still = Vec::new();
+        for mut c in running {
+            match c.try_wait().unwrap() {
+                Some(status) => codes.push(status.code()),
+                None => still.push(c),
+            }
+        }
+        running = still;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(codes, [Some(4), Some(4), Some(4)], "the losers exit with 4");
+    assert_eq!(running.len(), 1);
+    let winner = running.pop();
+    let winner = winner.expect("one prune holds the lock");
+    sigterm(&winner);
+    let out = winner.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let deleted = v["deleted"].as_i64().unwrap();
+    assert!(deleted >= 1);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox").await,
+        5 - deleted
+    );
+}
+
+#[tokio::test]
+async fn a_lease_left_by_a_killed_prune_blocks_until_it_expires() {
+    let db = TestDb::new().await;
+    published(&db, 2, "8 days").await;
+    db.exec(
+        "INSERT INTO outbox_locks (name, holder, holder_info, expires_at)
+         VALUES ('prune', gen_random_uuid(), 'outboxctl prune (pid 99999) from 10.0.0.9', now() + interval '1 minute')",
+    )
+    .await;
+    let out = run(&db, &["prune", "--older-than", "7d"], 4);
+    assert!(stderr(&out).contains("pid 99999"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("lease ends at"), "{}", stderr(&out));
+    assert_eq!(db.scalar::<i64>("SELECT count(*) FROM outbox").await, 2);
+
+    db.exec("UPDATE outbox_locks SET expires_at = now() - interval '1 second'")
+        .await;
+    let v = run_json(&db, &["prune", "--older-than", "7d", "--json"]);
+    assert_eq!(v["deleted"], 2);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_locks").await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn max_duration_and_max_batches_are_honoured() {
+    let db = TestDb::new().await;
+    published(&db, 300, "8 days").await;
+    let started = Instant::now();
+    let v = run_json(
+        &db,
+        &[
+            "prune",
+            "--older-than",
+            "7d",
+            "--batch-size",
+            "10",
+            "--sleep",
+            "200ms",
+            "--max-duration",
+            "1s",
+            "--json",
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(v["stop_reason"], "max-duration", "{v}");
+    let deleted = v["deleted"].as_i64().unwrap();
+    assert_eq!(deleted % 10, 0, "whole batches only: {v}");
+    assert!(
+        (10..=80).contains(&deleted),
+        "about 1s / 200ms batches: {v}"
+    );
+    assert!(v["elapsed_ms"].as_u64().unwrap() < 2_000, "{v}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox").await,
+        300 - deleted
+    );
+
+    let v = run_json(
+        &db,
+        &[
+            "prune",
+            "--older-than",
+            "7d",
+            "--batch-size",
+            "10",
+            "--max-batches",
+            "3",
+            "--json",
+        ],
+    );
+    assert_eq!(v["stop_reason"], "max-batches");
+    assert_eq!(v["deleted"], 30);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox").await,
+        270 - deleted
+    );
+    let out = run(
+        &db,
+        &[
+            "prune",
+            "--older-than",
+            "7d",
+            "--max-batches",
+            "1",
+            "--batch-size",
+            "1",
+        ],
+        0,
+    );
+    assert!(
+        stdout(&out).contains("deleted 1 published event in 1 batch")
+            && stdout(&out).contains("stopped at --max-batches"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[tokio::test]
+async fn bad_arguments_are_refused_before_anything_is_deleted() {
+    let db = TestDb::new().await;
+    published(&db, 2, "8 days").await;
+    for (args, needle) in [
+        (vec!["prune"], "--older-than"),
+        (vec!["prune", "--older-than", "0s"], "greater than zero"),
+        (vec!["prune", "--older-than", "a week"], "not a duration"),
+        (
+            vec!["prune", "--older-than", "7d", "--batch-size", "0"],
+            "--batch-size",
+        ),
+        (
+            vec!["prune", "--older-than", "7d", "--max-duration", "0s"],
+            "greater than zero",
+        ),
+    ] {
+        let out = run(&db, &args, 2);
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(db.scalar::<i64>("SELECT count(*) FROM outbox").await, 2);
+}
