@@ -10,13 +10,15 @@ pub mod db;
 pub mod exit;
 pub mod logging;
 pub mod output;
+pub mod relay;
+pub mod sink;
 
 use cli::{Cli, Command};
 
 impl Cli {
     /// Whether this invocation is a long-running daemon (it logs at info by default).
     pub fn is_daemon(&self) -> bool {
-        false
+        matches!(&self.command, Command::Relay(r) if !r.once)
     }
 }
 
@@ -33,7 +35,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Migrate(args) => cmd::migrate::run(args).await,
             Command::Publish(args) => cmd::publish::run(args).await,
             Command::Stats(args) => cmd::stats::run(args).await,
-            Command::Relay(_) | Command::Demo(_) => anyhow::bail!("not yet"),
+            Command::Relay(args) => cmd::relay::run(args).await,
+            Command::Demo(args) => cmd::demo::run(args).await,
             Command::Completions(_) => unreachable!("handled above"),
         }
     })

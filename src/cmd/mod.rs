@@ -2,6 +2,8 @@
 //! and returns an exit code.
 
 pub mod completions;
+pub mod demo;
 pub mod migrate;
 pub mod publish;
+pub mod relay;
 pub mod stats;
