@@ -1,4 +1,7 @@
-//! The one integration test binary: real PostgreSQL, the real `outboxctl` binary.
+//! The one integration test binary: real PostgreSQL, the real `outboxctl` binary, real sinks.
 
 mod common;
+mod http_server;
+mod http_sink;
 mod migrate;
+mod relay;
