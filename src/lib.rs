@@ -11,14 +11,16 @@ pub mod db;
 pub mod exit;
 pub mod logging;
 pub mod output;
+pub mod relay;
 pub mod select;
+pub mod sink;
 
 use cli::{Cli, Command};
 
 impl Cli {
     /// Whether this invocation is a long-running daemon (it logs at info by default).
     pub fn is_daemon(&self) -> bool {
-        false
+        matches!(&self.command, Command::Relay(r) if !r.once)
     }
 }
 
@@ -39,7 +41,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Requeue(args) => cmd::requeue::run(args).await,
             Command::Events(args) => cmd::events::run(args).await,
             Command::Prune(args) => cmd::prune::run(args).await,
-            Command::Relay(_) | Command::Demo(_) => anyhow::bail!("not yet"),
+            Command::Relay(args) => cmd::relay::run(args).await,
+            Command::Demo(args) => cmd::demo::run(args).await,
             Command::Completions(_) => unreachable!("handled above"),
         }
     })

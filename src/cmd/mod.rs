@@ -3,10 +3,12 @@
 
 pub mod completions;
 pub mod dead;
+pub mod demo;
 pub mod events;
 pub mod migrate;
 pub mod prune;
 pub mod publish;
+pub mod relay;
 pub mod requeue;
 pub mod stats;
 pub mod view;

@@ -81,8 +81,29 @@ pub async fn pool(cfg: &DbConfig, max: u32) -> Result<PgPool, CodedError> {
 /// A pool for commands that need the outbox to exist: fails clearly when it was never migrated.
 pub async fn pool_migrated(cfg: &DbConfig, max: u32) -> anyhow::Result<PgPool> {
     let pool = pool(cfg, max).await?;
+    ensure_migrated(&pool, cfg).await?;
+    Ok(pool)
+}
+
+/// Drops a schema and everything in it (the demo's and the benchmark's scratch schemas).
+pub async fn drop_schema(
+    conn: &mut PgConnection,
+    schema: &crate::config::Schema,
+) -> sqlx::Result<()> {
+    // The identifier is validated by `Schema::parse` and quoted.
+    sqlx::raw_sql(&format!(
+        "DROP SCHEMA IF EXISTS {} CASCADE",
+        schema.quoted()
+    ))
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+/// Fails with a clear message when the schema has no outbox table.
+pub async fn ensure_migrated(pool: &PgPool, cfg: &DbConfig) -> anyhow::Result<()> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox') IS NOT NULL")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await?;
     if !exists {
         anyhow::bail!(
@@ -91,5 +112,34 @@ pub async fn pool_migrated(cfg: &DbConfig, max: u32) -> anyhow::Result<PgPool> {
             cfg.schema.name()
         );
     }
-    Ok(pool)
+    Ok(())
+}
+
+/// The relay's pool: sessions may commit asynchronously (a lost mark only re-publishes), and an
+/// idle-in-transaction timeout of one lease ends a hung tx-mode relay's row locks.
+pub async fn pool_for_relay(
+    cfg: &DbConfig,
+    max: u32,
+    async_commit: bool,
+    lease: std::time::Duration,
+) -> Result<PgPool, CodedError> {
+    drop(connect(cfg).await?);
+    let idle_ms = lease.as_millis().max(1000);
+    Ok(PgPoolOptions::new()
+        .max_connections(max)
+        .min_connections(0)
+        .acquire_timeout(cfg.connect_timeout)
+        .test_before_acquire(false)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                use sqlx::Executor;
+                let sql = format!(
+                    "SET idle_in_transaction_session_timeout = {idle_ms}; SET synchronous_commit = {}",
+                    if async_commit { "off" } else { "on" }
+                );
+                conn.execute(sql.as_str()).await?;
+                Ok(())
+            })
+        })
+        .connect_lazy_with(cfg.options.clone()))
 }

@@ -1,1 +1,254 @@
-//! Relay statements: claim, settle, release.
+//! The relay's statements: claim (lease or in-transaction), fenced settle, release, next due time.
+//!
+//! The claim orders by `(available_at, id)` so `outbox_ready_idx` serves it directly (the seed's
+//! `ORDER BY id` walks the primary key through published history instead). Every settle in lease
+//! mode is fenced by `claim_token`: it changes a row only while this claim still owns it.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// A claimed row, as the sinks see it. `payload` and `headers` are the stored JSON text.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClaimedRow {
+    pub id: i64,
+    pub tenant_id: Uuid,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    pub payload: String,
+    pub headers: String,
+    pub idempotency_key: String,
+    pub created_at: DateTime<Utc>,
+    pub attempt_count: i32,
+}
+
+/// Columns returned by both claims.
+const RETURNING: &str =
+    "RETURNING o.id, o.tenant_id, o.aggregate_type, o.aggregate_id, o.event_type,
+          o.payload::text AS payload, o.headers::text AS headers, o.idempotency_key,
+          o.created_at, o.attempt_count";
+
+/// The rows a claim may take: due, pending, lease free or expired.
+const READY: &str = "SELECT id FROM outbox
+          WHERE published_at IS NULL AND dead_lettered_at IS NULL
+            AND available_at <= now()
+            AND (locked_until IS NULL OR locked_until < now())
+          ORDER BY available_at, id
+          LIMIT $1
+          FOR UPDATE SKIP LOCKED";
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Lease mode: claims up to `limit` ready rows for `lease`, stamping `token` and counting the
+/// attempt. Commits on its own (autocommit), so no transaction stays open across the publish.
+pub async fn claim_lease(
+    conn: &mut PgConnection,
+    limit: i64,
+    lease: Duration,
+    token: Uuid,
+) -> sqlx::Result<Vec<ClaimedRow>> {
+    let sql = format!(
+        "UPDATE outbox o
+            SET locked_until = now() + $2 * interval '1 microsecond',
+                attempt_count = o.attempt_count + 1,
+                claim_token = $3
+           FROM ({READY}) c
+          WHERE o.id = c.id
+          {RETURNING}"
+    );
+    sqlx::query_as(&sql)
+        .bind(limit)
+        .bind(micros(lease))
+        .bind(token)
+        .persistent(true)
+        .fetch_all(conn)
+        .await
+}
+
+/// Transaction mode: claims up to `limit` ready rows and marks them published in the caller's
+/// open transaction. The caller publishes, reverts failures with [`revert_tx`], then commits; if
+/// it dies instead, the transaction rolls back and the rows are claimable again.
+pub async fn claim_tx(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<ClaimedRow>> {
+    let sql = format!(
+        "UPDATE outbox o
+            SET published_at = now(),
+                locked_until = NULL,
+                attempt_count = o.attempt_count + 1,
+                last_error = NULL
+           FROM ({READY}) c
+          WHERE o.id = c.id
+          {RETURNING}"
+    );
+    sqlx::query_as(&sql)
+        .bind(limit)
+        .persistent(true)
+        .fetch_all(conn)
+        .await
+}
+
+/// Lease mode: marks `ids` published if `token` still owns them. Returns the ids it marked.
+pub async fn settle_published(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    token: Uuid,
+) -> sqlx::Result<Vec<i64>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(
+        "UPDATE outbox
+            SET published_at = now(), locked_until = NULL, last_error = NULL
+          WHERE id = ANY($1) AND claim_token = $2
+            AND published_at IS NULL AND dead_lettered_at IS NULL
+          RETURNING id",
+    )
+    .bind(ids)
+    .bind(token)
+    .persistent(true)
+    .fetch_all(conn)
+    .await
+}
+
+/// One failed publish to record.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub id: i64,
+    /// Retry after this long (ignored when `dead`).
+    pub retry_in: Duration,
+    pub dead: bool,
+    pub error: String,
+}
+
+/// Lease mode: records failures (retry later, or dead-letter) for rows `token` still owns.
+/// Returns the ids it changed.
+pub async fn settle_failed(
+    conn: &mut PgConnection,
+    failures: &[Failure],
+    token: Uuid,
+) -> sqlx::Result<Vec<i64>> {
+    if failures.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (ids, delays, dead, errors) = failure_columns(failures);
+    sqlx::query_scalar(
+        "UPDATE outbox o
+            SET locked_until = NULL,
+                available_at = CASE WHEN f.dead THEN o.available_at
+                                    ELSE now() + f.delay * interval '1 microsecond' END,
+                dead_lettered_at = CASE WHEN f.dead THEN now() END,
+                last_error = f.err
+           FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::text[]) AS f(id, delay, dead, err)
+          WHERE o.id = f.id AND o.claim_token = $5
+            AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
+          RETURNING o.id",
+    )
+    .bind(ids)
+    .bind(delays)
+    .bind(dead)
+    .bind(errors)
+    .bind(token)
+    .persistent(true)
+    .fetch_all(conn)
+    .await
+}
+
+/// Transaction mode: turns rows marked published by [`claim_tx`] back into retries or dead
+/// letters, inside the same transaction.
+pub async fn revert_tx(conn: &mut PgConnection, failures: &[Failure]) -> sqlx::Result<u64> {
+    if failures.is_empty() {
+        return Ok(0);
+    }
+    let (ids, delays, dead, errors) = failure_columns(failures);
+    Ok(sqlx::query(
+        "UPDATE outbox o
+            SET published_at = NULL,
+                available_at = CASE WHEN f.dead THEN o.available_at
+                                    ELSE now() + f.delay * interval '1 microsecond' END,
+                dead_lettered_at = CASE WHEN f.dead THEN now() END,
+                last_error = f.err
+           FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::text[]) AS f(id, delay, dead, err)
+          WHERE o.id = f.id",
+    )
+    .bind(ids)
+    .bind(delays)
+    .bind(dead)
+    .bind(errors)
+    .fetch_all(conn)
+    .await?
+    .len() as u64)
+}
+
+fn failure_columns(failures: &[Failure]) -> (Vec<i64>, Vec<i64>, Vec<bool>, Vec<&str>) {
+    (
+        failures.iter().map(|f| f.id).collect(),
+        failures.iter().map(|f| micros(f.retry_in)).collect(),
+        failures.iter().map(|f| f.dead).collect(),
+        failures.iter().map(|f| f.error.as_str()).collect(),
+    )
+}
+
+/// Lease mode: gives back claimed rows that were never published (shutdown), undoing the attempt
+/// count, so another relay takes them at once. Fenced like the settles.
+pub async fn release(conn: &mut PgConnection, ids: &[i64], token: Uuid) -> sqlx::Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query(
+        "UPDATE outbox
+            SET locked_until = NULL, attempt_count = greatest(attempt_count - 1, 0)
+          WHERE id = ANY($1) AND claim_token = $2
+            AND published_at IS NULL AND dead_lettered_at IS NULL",
+    )
+    .bind(ids)
+    .bind(token)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// Transaction mode: unmarks rows that were claimed but never published (shutdown).
+pub async fn unclaim_tx(conn: &mut PgConnection, ids: &[i64]) -> sqlx::Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query(
+        "UPDATE outbox SET published_at = NULL, attempt_count = greatest(attempt_count - 1, 0)
+          WHERE id = ANY($1)",
+    )
+    .bind(ids)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// How long until the next pending row becomes due, by the database clock: the earliest future
+/// `available_at` or lease expiry. `None` when nothing is scheduled.
+pub async fn next_due_in(conn: &mut PgConnection) -> sqlx::Result<Option<Duration>> {
+    let secs: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM least(
+                  (SELECT min(available_at) FROM outbox
+                    WHERE published_at IS NULL AND dead_lettered_at IS NULL AND available_at > now()),
+                  (SELECT min(locked_until) FROM outbox
+                    WHERE published_at IS NULL AND dead_lettered_at IS NULL AND available_at <= now()
+                      AND locked_until >= now())
+                ) - now())::float8",
+    )
+    .persistent(true)
+    .fetch_one(conn)
+    .await?;
+    Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
+}
+
+/// Turns on asynchronous commit for this session (see `relay --async-commit`).
+#[allow(dead_code)]
+pub async fn set_async_commit(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query("SET synchronous_commit = off")
+        .execute(conn)
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,128 @@
+//! The relay: the single step ([`step`]: claim → publish → settle, returning a report) kept apart
+//! from the loop that decides when to call it ([`daemon`] and [`once`]).
+//!
+//! Two modes:
+//! - **lease**: the claim commits a lease (`locked_until`, `claim_token`); the publish runs with no
+//!   transaction open; a fenced, set-based settle follows. For remote or slow sinks.
+//! - **tx**: claim-and-mark in one transaction that stays open for the publish and commits after
+//!   it (row locks keep other relays off; a crash rolls back). One write per event instead of two;
+//!   for fast, local, synchronous sinks.
+
+pub mod daemon;
+pub mod step;
+
+use std::time::Duration;
+
+use rand::Rng;
+use serde::Serialize;
+
+pub use step::{Relay, RelayConfig};
+
+/// How claims are settled (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Lease,
+    Tx,
+}
+
+/// Capped exponential backoff with jitter: attempt n waits `base * 2^(n-1)`, capped at `max`,
+/// then scaled by a random factor in [0.5, 1.0] so failing relays do not retry in lockstep.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// The uncapped-by-jitter ceiling for `attempt` (1-based).
+    pub fn ceiling(&self, attempt: u32) -> Duration {
+        let exp = attempt.saturating_sub(1).min(32);
+        self.base.saturating_mul(1u32 << exp.min(31)).min(self.max)
+    }
+
+    pub fn delay(&self, attempt: u32) -> Duration {
+        self.ceiling(attempt)
+            .mul_f64(rand::thread_rng().gen_range(0.5..=1.0))
+    }
+}
+
+/// What one step, or a whole run, did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Rows claimed.
+    pub claimed: u64,
+    /// Published and marked.
+    pub published: u64,
+    /// Failed and scheduled for a retry.
+    pub retried: u64,
+    /// Dead-lettered (permanent failure or attempts exhausted).
+    pub dead_lettered: u64,
+    /// Claimed but given back unpublished (shutdown).
+    pub released: u64,
+    /// Settles that found the row owned by a newer claim (our lease had expired): nothing changed.
+    pub lease_lost: u64,
+    /// Publish attempts the sink failed (retried + dead-lettered, before fencing).
+    pub sink_failures: u64,
+}
+
+impl Report {
+    pub fn add(&mut self, o: &Report) {
+        self.claimed += o.claimed;
+        self.published += o.published;
+        self.retried += o.retried;
+        self.dead_lettered += o.dead_lettered;
+        self.released += o.released;
+        self.lease_lost += o.lease_lost;
+        self.sink_failures += o.sink_failures;
+    }
+}
+
+/// Keeps `last_error` short and single-purpose: at most 1000 characters.
+pub fn truncate_error(msg: &str) -> String {
+    const MAX: usize = 1000;
+    if msg.len() <= MAX {
+        return msg.to_owned();
+    }
+    let mut end = MAX;
+    while !msg.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &msg[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_caps_and_jitters() {
+        let b = Backoff {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+        };
+        assert_eq!(b.ceiling(1), Duration::from_secs(1));
+        assert_eq!(b.ceiling(2), Duration::from_secs(2));
+        assert_eq!(b.ceiling(5), Duration::from_secs(16));
+        assert_eq!(b.ceiling(7), Duration::from_secs(60));
+        assert_eq!(b.ceiling(1000), Duration::from_secs(60));
+        for attempt in 1..20 {
+            let d = b.delay(attempt);
+            assert!(
+                d <= b.ceiling(attempt) && d >= b.ceiling(attempt) / 2,
+                "{attempt}: {d:?}"
+            );
+        }
+        let spread: std::collections::HashSet<_> =
+            (0..50).map(|_| b.delay(3).as_millis()).collect();
+        assert!(spread.len() > 5, "jitter varies the delay");
+    }
+
+    #[test]
+    fn errors_are_truncated_on_char_boundaries() {
+        assert_eq!(truncate_error("short"), "short");
+        let long = "é".repeat(800);
+        let t = truncate_error(&long);
+        assert!(t.len() <= 1004 && t.ends_with('…'));
+    }
+}

@@ -1,0 +1,310 @@
+//! The HTTP sink: POSTs one JSON document per event.
+//!
+//! Headers sent: the row's headers, `Content-Type: application/json`, `Idempotency-Key` (the
+//! event's idempotency key: the same on every attempt and from every replica), any
+//! `--http-header` (with `{placeholders}`), and, when a signing secret is configured, Standard
+//! Webhooks `webhook-id`/`webhook-timestamp`/`webhook-signature` over the exact bytes sent.
+//! Only 2xx is success; redirects are not followed.
+
+use std::time::Duration;
+
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::StatusCode;
+use sha2::Sha256;
+
+use super::{
+    publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError, SinkOptions,
+};
+use crate::exit::CodedError;
+
+pub struct HttpSink {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    display: String,
+    extra: Vec<(HeaderName, String)>,
+    signer: Option<Signer>,
+}
+
+impl HttpSink {
+    pub fn new(spec: &str, opts: &SinkOptions) -> Result<Self, CodedError> {
+        let display = crate::config::redact_url(spec);
+        let url = reqwest::Url::parse(spec)
+            .map_err(|e| CodedError::usage(format!("invalid --sink `{display}`: {e}")))?;
+        let mut extra = Vec::new();
+        for h in &opts.http_headers {
+            let (name, value) = h.split_once(':').ok_or_else(|| {
+                CodedError::usage(format!("invalid --http-header `{h}`: use 'Name: value'"))
+            })?;
+            let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                CodedError::usage(format!("invalid --http-header `{h}`: bad header name"))
+            })?;
+            extra.push((name, value.trim().to_owned()));
+        }
+        let signer = match &opts.signing_secrets {
+            Some(text) => Some(Signer::from_secrets(text).map_err(CodedError::usage)?),
+            None => None,
+        };
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(opts.timeout)
+            .connect_timeout(opts.timeout.min(Duration::from_secs(10)))
+            .pool_max_idle_per_host(1024)
+            .user_agent(concat!("outboxctl/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| CodedError::usage(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            url,
+            display,
+            extra,
+            signer,
+        })
+    }
+
+    async fn publish_one(&self, e: &Event) -> Result<(), SinkError> {
+        let mut body = Vec::with_capacity(256 + e.payload.len());
+        write_envelope(e, &mut body);
+        let mut headers = HeaderMap::new();
+        // The row's own headers first, so ours (below) win on a clash.
+        let row: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&e.headers).unwrap_or_default();
+        for (k, v) in row {
+            let v = v
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| v.to_string());
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_str(&v),
+            ) else {
+                return Err(SinkError::Permanent(format!(
+                    "event header `{k}` is not a valid HTTP header"
+                )));
+            };
+            headers.insert(name, value);
+        }
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let key = HeaderValue::from_str(&e.idempotency_key).map_err(|_| {
+            SinkError::Permanent("idempotency key is not a valid HTTP header value".into())
+        })?;
+        headers.insert(HeaderName::from_static("idempotency-key"), key);
+        for (name, template) in &self.extra {
+            let value = HeaderValue::from_str(&expand(template, e)).map_err(|_| {
+                SinkError::Permanent(format!("--http-header {name} expands to an invalid value"))
+            })?;
+            headers.insert(name.clone(), value);
+        }
+        if let Some(signer) = &self.signer {
+            let ts = chrono::Utc::now().timestamp();
+            let sig = signer.sign(&e.idempotency_key, ts, &body);
+            headers.insert(
+                HeaderName::from_static("webhook-id"),
+                HeaderValue::from_str(&e.idempotency_key).expect("checked above"),
+            );
+            headers.insert(
+                HeaderName::from_static("webhook-timestamp"),
+                HeaderValue::from(ts),
+            );
+            headers.insert(
+                HeaderName::from_static("webhook-signature"),
+                HeaderValue::from_str(&sig).expect("base64"),
+            );
+        }
+        let resp = self
+            .client
+            .post(self.url.clone())
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(|err| SinkError::retryable(describe_reqwest(&err)))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        Err(classify(status, retry_after))
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for HttpSink {
+    async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
+        publish_each(events, ctl, |e| self.publish_one(e)).await
+    }
+
+    fn describe(&self) -> String {
+        self.display.clone()
+    }
+}
+
+/// Maps a non-2xx status to a retryable or permanent failure.
+pub fn classify(status: StatusCode, retry_after: Option<Duration>) -> SinkError {
+    let code = status.as_u16();
+    let message = format!("HTTP {status}");
+    match code {
+        400 | 404 | 405 | 410 | 413 | 414 | 415 | 422 => SinkError::Permanent(message),
+        300..=399 => SinkError::retryable(format!(
+            "{message} (redirects are not followed; point --sink at the final URL)"
+        )),
+        408 | 425 | 429 | 500..=599 => SinkError::Retryable {
+            message,
+            retry_after,
+        },
+        401 | 403 => SinkError::retryable(message),
+        400..=499 => SinkError::Permanent(message),
+        _ => SinkError::retryable(message),
+    }
+}
+
+/// `Retry-After` as seconds or an HTTP date; capped at one day.
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let d = match v.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => {
+            let when = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+            (when.with_timezone(&chrono::Utc) - chrono::Utc::now())
+                .to_std()
+                .unwrap_or_default()
+        }
+    };
+    Some(d.min(Duration::from_secs(86_400)))
+}
+
+fn describe_reqwest(err: &reqwest::Error) -> String {
+    let kind = if err.is_timeout() {
+        "timed out"
+    } else if err.is_connect() {
+        "cannot connect"
+    } else {
+        "request failed"
+    };
+    // The source chain names the cause (e.g. connection refused) without the URL's secrets.
+    let mut cause = String::new();
+    let mut src = std::error::Error::source(err);
+    while let Some(s) = src {
+        cause = s.to_string();
+        src = s.source();
+    }
+    if cause.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind}: {cause}")
+    }
+}
+
+/// Replaces `{id}`, `{idempotency_key}`, `{event_type}`, `{aggregate_type}`, `{aggregate_id}`,
+/// `{tenant_id}` in a header template.
+pub fn expand(template: &str, e: &Event) -> String {
+    template
+        .replace("{id}", &e.id.to_string())
+        .replace("{idempotency_key}", &e.idempotency_key)
+        .replace("{event_type}", &e.event_type)
+        .replace("{aggregate_type}", &e.aggregate_type)
+        .replace("{aggregate_id}", &e.aggregate_id)
+        .replace("{tenant_id}", &e.tenant_id.to_string())
+}
+
+/// Standard Webhooks signer: `v1,base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}"))`, one
+/// signature per secret (two during rotation), space separated.
+pub struct Signer {
+    keys: Vec<Vec<u8>>,
+}
+
+impl Signer {
+    /// Secrets as `whsec_<base64>` (the prefix is optional), separated by spaces or commas.
+    pub fn from_secrets(text: &str) -> Result<Self, String> {
+        let keys = text
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(s.strip_prefix("whsec_").unwrap_or(s))
+                    .map_err(|_| "the signing secret is not whsec_ followed by base64; check the variable named by --signing-secret-env".to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if keys.is_empty() || keys.len() > 2 {
+            return Err("the signing secret variable must hold one secret, or two separated by a space during rotation".into());
+        }
+        Ok(Self { keys })
+    }
+
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        self.keys
+            .iter()
+            .map(|key| {
+                let mut mac =
+                    Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+                mac.update(id.as_bytes());
+                mac.update(b".");
+                mac.update(timestamp.to_string().as_bytes());
+                mac.update(b".");
+                mac.update(body);
+                format!(
+                    "v1,{}",
+                    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_webhooks_published_test_vector() {
+        let s = Signer::from_secrets("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        assert_eq!(
+            s.sign(
+                "msg_p5jXN8AQM9LWM0D4loKWxJek",
+                1614265330,
+                br#"{"test": 2432232314}"#
+            ),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+        let two =
+            Signer::from_secrets("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_c2VjcmV0").unwrap();
+        assert!(two.sign("m", 1, b"{}").split(' ').count() == 2);
+        assert!(Signer::from_secrets("whsec_!!!").is_err());
+        assert!(Signer::from_secrets("").is_err());
+    }
+
+    #[test]
+    fn statuses() {
+        for (code, permanent) in [
+            (400, true),
+            (404, true),
+            (410, true),
+            (413, true),
+            (422, true),
+            (429, false),
+            (503, false),
+            (500, false),
+            (401, false),
+            (302, false),
+            (418, true),
+        ] {
+            let e = classify(StatusCode::from_u16(code).unwrap(), None);
+            assert_eq!(matches!(e, SinkError::Permanent(_)), permanent, "{code}");
+        }
+        assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
+        assert_eq!(
+            parse_retry_after("999999"),
+            Some(Duration::from_secs(86_400))
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+}

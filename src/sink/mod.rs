@@ -1,0 +1,198 @@
+//! Sinks: where the relay publishes. One small trait; each sink says whether a failure is worth
+//! retrying (`Retryable`) or never will succeed (`Permanent`, dead-lettered at once).
+
+pub mod file;
+pub mod http;
+pub mod memory;
+pub mod stdout;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::db::relay::ClaimedRow;
+use crate::exit::CodedError;
+
+/// An event as published. Built from a claimed row.
+pub type Event = ClaimedRow;
+
+/// Why a publish failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SinkError {
+    /// Worth retrying later; `retry_after` is the peer's own hint (HTTP Retry-After).
+    #[error("{message}")]
+    Retryable {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// Will never succeed as is (e.g. HTTP 400/404/410/413/422): dead-letter now.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl SinkError {
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self::Retryable {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+/// What happened to one event of a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Published,
+    Failed(SinkError),
+    /// Shutdown came before its publish started: give the row back.
+    NotStarted,
+    /// Shutdown came and its publish did not finish within the grace period.
+    Abandoned,
+}
+
+/// How a batch is to be published.
+#[derive(Debug, Clone)]
+pub struct PublishCtl {
+    pub concurrency: usize,
+    pub timeout: Duration,
+    pub shutdown: CancellationToken,
+    pub shutdown_grace: Duration,
+}
+
+/// A destination for events.
+#[async_trait::async_trait]
+pub trait Sink: Send + Sync {
+    /// Publishes a batch; returns one outcome per event, in the same order. Must not return
+    /// before every started publish has finished, failed, timed out or been abandoned.
+    async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome>;
+
+    /// Whether the sink is local and synchronous (stdout, file, null), so claim, publish and mark
+    /// can share one short transaction (`--mode auto` picks `tx` for these).
+    fn is_local(&self) -> bool {
+        false
+    }
+
+    /// A description for logs; never holds a secret.
+    fn describe(&self) -> String;
+}
+
+/// Publishes events one by one with `publish_one`, at most `ctl.concurrency` at a time, each
+/// bounded by `ctl.timeout`. Events not started when shutdown begins are `NotStarted`; started
+/// ones get `ctl.shutdown_grace` more before they are `Abandoned`.
+pub async fn publish_each<'a, F, Fut>(
+    events: &'a [Event],
+    ctl: &PublishCtl,
+    publish_one: F,
+) -> Vec<Outcome>
+where
+    F: Fn(&'a Event) -> Fut,
+    Fut: std::future::Future<Output = Result<(), SinkError>>,
+{
+    let timeout_msg = format!(
+        "publish timed out after {}",
+        humantime::format_duration(ctl.timeout)
+    );
+    let mut jobs = Vec::with_capacity(events.len());
+    for (i, e) in events.iter().enumerate() {
+        let fut = publish_one(e);
+        let timeout_msg = timeout_msg.clone();
+        jobs.push(async move {
+            if ctl.shutdown.is_cancelled() {
+                return (i, Outcome::NotStarted);
+            }
+            let grace = async {
+                ctl.shutdown.cancelled().await;
+                tokio::time::sleep(ctl.shutdown_grace).await;
+            };
+            let outcome = tokio::select! {
+                r = tokio::time::timeout(ctl.timeout, fut) => match r {
+                    Ok(Ok(())) => Outcome::Published,
+                    Ok(Err(e)) => Outcome::Failed(e),
+                    Err(_) => Outcome::Failed(SinkError::retryable(timeout_msg)),
+                },
+                _ = grace => Outcome::Abandoned,
+            };
+            (i, outcome)
+        });
+    }
+    let mut outcomes: Vec<(usize, Outcome)> = futures::stream::iter(jobs)
+        .buffer_unordered(ctl.concurrency.max(1))
+        .collect()
+        .await;
+    outcomes.sort_by_key(|(i, _)| *i);
+    outcomes.into_iter().map(|(_, o)| o).collect()
+}
+
+/// Appends the event's JSON document (one line's worth, without the newline) to `out`:
+/// `{"id","type","aggregate_type","aggregate_id","tenant_id","idempotency_key","created_at",
+/// "attempt","headers","payload"}`. Payload and headers are the stored JSON text, copied as is.
+pub fn write_envelope(e: &Event, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let s = |out: &mut Vec<u8>, v: &str| serde_json::to_writer(out, v).expect("writing to a Vec");
+    out.extend_from_slice(b"{\"id\":");
+    let _ = write!(out, "{}", e.id);
+    out.extend_from_slice(b",\"type\":");
+    s(out, &e.event_type);
+    out.extend_from_slice(b",\"aggregate_type\":");
+    s(out, &e.aggregate_type);
+    out.extend_from_slice(b",\"aggregate_id\":");
+    s(out, &e.aggregate_id);
+    let _ = write!(
+        out,
+        ",\"tenant_id\":\"{}\",\"idempotency_key\":",
+        e.tenant_id
+    );
+    s(out, &e.idempotency_key);
+    let _ = write!(
+        out,
+        ",\"created_at\":\"{}\",\"attempt\":{},\"headers\":",
+        e.created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        e.attempt_count
+    );
+    out.extend_from_slice(e.headers.as_bytes());
+    out.extend_from_slice(b",\"payload\":");
+    out.extend_from_slice(e.payload.as_bytes());
+    out.push(b'}');
+}
+
+/// Options the sinks take from the relay's flags.
+#[derive(Debug, Clone, Default)]
+pub struct SinkOptions {
+    pub http_headers: Vec<String>,
+    /// The signing secrets' text (from the env var named by --signing-secret-env).
+    pub signing_secrets: Option<String>,
+    pub timeout: Duration,
+}
+
+/// Builds the sink named by `--sink`: `stdout`, `null`, `file:PATH`, `http(s)://...`.
+pub fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedError> {
+    let spec = spec.trim();
+    if spec == "stdout" || spec == "-" {
+        return Ok(Arc::new(stdout::StdoutSink::new()));
+    }
+    if spec == "null" {
+        return Ok(Arc::new(memory::NullSink));
+    }
+    if let Some(path) = spec.strip_prefix("file:") {
+        if path.is_empty() {
+            return Err(CodedError::usage(
+                "invalid --sink `file:`: give a path, e.g. file:/var/log/outbox.jsonl",
+            ));
+        }
+        return Ok(Arc::new(file::FileSink::open(path).map_err(|e| {
+            CodedError::usage(format!(
+                "invalid --sink: cannot open {path} for appending: {e}"
+            ))
+        })?));
+    }
+    if spec.starts_with("http://") || spec.starts_with("https://") {
+        return Ok(Arc::new(http::HttpSink::new(spec, opts)?));
+    }
+    Err(CodedError::usage(format!(
+        "invalid --sink `{}`: use stdout, null, file:PATH or http(s)://URL",
+        crate::config::redact_url(spec)
+    )))
+}
