@@ -1,10 +1,8 @@
 //! Rows in a given state, and small helpers, for the operating-command tests (dead, requeue,
 //! events, prune). States are set with SQL relative to the database's now(), never by sleeping.
 
-use std::process::Output;
-use std::time::{Duration, Instant};
-
 use serde_json::Value;
+use std::process::Output;
 
 use crate::common::{stderr, stdout, TestDb};
 
@@ -154,26 +152,4 @@ pub fn event_ids(v: &Value) -> Vec<i64> {
         .iter()
         .map(|e| e["id"].as_i64().unwrap())
         .collect()
-}
-
-/// Polls `cond` every 20ms until it holds, failing the test after `timeout`.
-pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Sends SIGTERM to a child process.
-pub fn sigterm(child: &std::process::Child) {
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
 }

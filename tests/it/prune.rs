@@ -3,7 +3,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::common::{stderr, stdout, TestDb};
+use crate::common::{signal, stderr, stdout, wait_until, TestDb};
 use crate::fixtures::*;
 
 /// `n` events published `ago`; returns their ids.
@@ -254,7 +254,7 @@ async fn an_overlapping_prune_exits_at_once_with_code_4_and_sigterm_stops_after_
     // Counting needs no lock.
     run(&db, &["prune", "--older-than", "7d", "--dry-run"], 0);
 
-    sigterm(&first);
+    signal(&first, "TERM");
     let out = first.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -319,7 +319,7 @@ async fn concurrent_starts_let_exactly_one_prune_run() {
     assert_eq!(running.len(), 1);
     let winner = running.pop();
     let winner = winner.expect("one prune holds the lock");
-    sigterm(&winner);
+    signal(&winner, "TERM");
     let out = winner.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

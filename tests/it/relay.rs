@@ -582,12 +582,16 @@ async fn survives_pg_terminate_backend_mid_run() {
                     >= target
             })
             .await;
-            kills += db
-                .scalar::<i64>(
-                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-                      WHERE application_name = 'outboxctl' AND pid <> pg_backend_pid()",
-                )
-                .await;
+            // Only this relay's backends: tests running beside this one use the same
+            // application_name, and killing their connections would fail them.
+            kills += sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+                  WHERE application_name = 'outboxctl' AND client_port = ANY($1)",
+            )
+            .bind(client_ports(&child))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
         }
         assert!(kills >= 3, "{mode:?}: terminated {kills} relay connections");
         wait_until(
@@ -605,4 +609,39 @@ async fn survives_pg_terminate_backend_mid_run() {
         let ids: HashSet<i64> = ids_in_file(&path).into_iter().collect();
         assert_eq!(ids.len(), 6_000, "{mode:?}: every event reached the sink");
     }
+}
+
+/// The local ports of `child`'s TCP connections (Linux /proc), to find its server backends in
+/// pg_stat_activity.client_port.
+fn client_ports(child: &std::process::Child) -> Vec<i32> {
+    let pid = child.id();
+    let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter_map(|l| {
+                    l.to_str()
+                        .and_then(|s| s.strip_prefix("socket:["))
+                        .map(|s| s.trim_end_matches(']').to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut ports = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() > 9 && inodes.contains(cols[9]) {
+                if let Some(port) = cols[1]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| i32::from_str_radix(p, 16).ok())
+                {
+                    ports.push(port);
+                }
+            }
+        }
+    }
+    ports
 }
