@@ -153,3 +153,35 @@ pub fn event_ids(v: &Value) -> Vec<i64> {
         .map(|e| e["id"].as_i64().unwrap())
         .collect()
 }
+
+/// A relay daemon writing JSON lines to `path`, in `mode` (lease or tx), with small batches so
+/// that it is still publishing while a test does something else.
+pub fn spawn_relay(db: &TestDb, mode: &str, path: &std::path::Path) -> std::process::Child {
+    db.cmd()
+        .args([
+            "relay",
+            "--mode",
+            mode,
+            "--batch-size",
+            "20",
+            "--poll-interval",
+            "100ms",
+        ])
+        .arg("--sink")
+        .arg(format!("file:{}", path.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn relay")
+}
+
+/// How often each id occurs in the JSON-lines sink files.
+pub fn deliveries(paths: &[&std::path::Path]) -> std::collections::HashMap<i64, usize> {
+    let mut seen = std::collections::HashMap::new();
+    for p in paths {
+        for id in crate::common::ids_in_file(p) {
+            *seen.entry(id).or_insert(0) += 1;
+        }
+    }
+    seen
+}

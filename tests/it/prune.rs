@@ -452,3 +452,58 @@ async fn bad_arguments_are_refused_before_anything_is_deleted() {
     }
     assert_eq!(db.scalar::<i64>("SELECT count(*) FROM outbox").await, 2);
 }
+
+#[tokio::test]
+async fn prune_in_a_loop_while_relays_publish_loses_nothing() {
+    let db = TestDb::new().await;
+    db.seed_ready(6_000).await;
+    let pending = ids(&db, "SELECT id FROM outbox").await;
+    let history = published(&db, 2_000, "8 days").await.len() as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+    let relays = [spawn_relay(&db, "lease", &a), spawn_relay(&db, "tx", &b)];
+
+    // Prune everything published more than 1ms ago, over and over, while the relays claim,
+    // publish and mark (tx mode marks inside the transaction that holds the row lock).
+    let mut deleted = 0u64;
+    let mut runs = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = db
+            .scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await;
+        let v = run_json(
+            &db,
+            &[
+                "prune",
+                "--older-than",
+                "1ms",
+                "--batch-size",
+                "100",
+                "--json",
+            ],
+        );
+        deleted += v["deleted"].as_u64().unwrap();
+        runs += 1;
+        if left == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "relays did not drain");
+    }
+    for r in relays {
+        signal(&r, "TERM");
+        let out = r.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let seen = deliveries(&[&a, &b]);
+    let mut got: Vec<i64> = seen.keys().copied().collect();
+    got.sort();
+    assert_eq!(
+        got, pending,
+        "every pending event reached a sink: none was pruned unpublished"
+    );
+    assert!(seen.values().all(|n| *n == 1));
+    assert_eq!(deleted, 6_000 + history, "{runs} prune runs");
+    assert_eq!(db.scalar::<i64>("SELECT count(*) FROM outbox").await, 0);
+    assert!(runs > 1, "the prunes overlapped the publishing");
+}

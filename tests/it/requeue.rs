@@ -297,3 +297,86 @@ async fn concurrent_requeues_requeue_each_row_exactly_once() {
         300
     );
 }
+
+#[tokio::test]
+async fn requeue_while_two_relays_run_publishes_each_requeued_event_exactly_once() {
+    let db = TestDb::new().await;
+    db.seed_ready(3_000).await;
+    // 2,000 dead letters (with the stale claim token the relay leaves), 1,000 ready events
+    // flowing through the relays while the requeues run.
+    db.exec(
+        "UPDATE outbox SET dead_lettered_at = now() - interval '1 minute', attempt_count = 10,
+                last_error = 'sink down', claim_token = gen_random_uuid()
+          WHERE id < (SELECT min(id) + 2000 FROM outbox)",
+    )
+    .await;
+    let all = ids(&db, "SELECT id FROM outbox").await;
+    let dead = ids(
+        &db,
+        "SELECT id FROM outbox WHERE dead_lettered_at IS NOT NULL",
+    )
+    .await;
+    assert_eq!(dead.len(), 2_000);
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+    let relays = [spawn_relay(&db, "lease", &a), spawn_relay(&db, "tx", &b)];
+
+    // Two operators requeue everything at once, in small batches, while the relays claim,
+    // publish and mark what each batch releases.
+    let requeues: Vec<_> = (0..2)
+        .map(|_| {
+            db.cmd()
+                .args(["requeue", "--all", "--batch-size", "50", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut requeued = 0;
+    for r in requeues {
+        let out = r.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        requeued += v["requeued"].as_u64().unwrap();
+    }
+    assert_eq!(
+        requeued, 2_000,
+        "each dead row requeued by exactly one of the two"
+    );
+
+    crate::common::wait_until(
+        std::time::Duration::from_secs(120),
+        "every event published",
+        || async {
+            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+                .await
+                == 0
+        },
+    )
+    .await;
+    for r in relays {
+        crate::common::signal(&r, "TERM");
+        let out = r.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let seen = deliveries(&[&a, &b]);
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "published more than once: {twice:?}");
+    let mut got: Vec<i64> = seen.keys().copied().collect();
+    got.sort();
+    assert_eq!(got, all, "every event, requeued or not, published");
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(DISTINCT event_id) FROM outbox_requeues")
+            .await,
+        2_000
+    );
+    assert_eq!(
+        db.scalar::<i64>(
+            "SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL OR attempt_count <> 1"
+        )
+        .await,
+        0,
+        "requeued rows started again from 0 attempts and were published on the first"
+    );
+}
