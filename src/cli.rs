@@ -442,7 +442,7 @@ pub struct DeadListArgs {
     pub filter: FilterArgs,
 
     /// Show at most this many events (a note on stderr says when more match).
-    #[arg(long, env = "OUTBOXCTL_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(long, env = "OUTBOXCTL_LIST_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub limit: u64,
 
     #[command(flatten)]
@@ -489,7 +489,7 @@ pub struct DeadDiscardArgs {
     pub all: bool,
 
     /// At most this many events, the most recently dead-lettered first.
-    #[arg(long, env = "OUTBOXCTL_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "OUTBOXCTL_DISCARD_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
 
     /// Rows deleted per statement (each batch is its own short transaction).
@@ -527,7 +527,7 @@ pub struct DeadExportArgs {
     pub filter: FilterArgs,
 
     /// At most this many events, the most recently dead-lettered first.
-    #[arg(long, env = "OUTBOXCTL_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "OUTBOXCTL_EXPORT_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
 
     /// `publish`: the keys `publish --file` accepts. `full`: every column (id, attempts,
@@ -577,7 +577,7 @@ pub struct RequeueArgs {
     pub all: bool,
 
     /// At most this many events, the most recently dead-lettered first.
-    #[arg(long, env = "OUTBOXCTL_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "OUTBOXCTL_REQUEUE_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
 
     /// Keep attempt_count instead of resetting it to 0 (the relay then dead-letters the event
@@ -649,7 +649,7 @@ pub struct EventsListArgs {
     pub filter: FilterArgs,
 
     /// Show at most this many events (a note on stderr says when more match).
-    #[arg(long, env = "OUTBOXCTL_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(long, env = "OUTBOXCTL_LIST_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub limit: u64,
 
     #[command(flatten)]

@@ -68,7 +68,7 @@ pub fn print_dead_table(rows: &[EventRow]) -> anyhow::Result<()> {
             aggregate(e),
             e.attempt_count.to_string(),
             time(e.dead_lettered_at),
-            first_line(e.last_error.as_deref().unwrap_or(""), 80),
+            first_line(e.last_error.as_deref().unwrap_or(""), 60),
         ]);
     }
     output::print_table(&t)
@@ -98,7 +98,7 @@ pub fn print_events_table(rows: &[EventRow]) -> anyhow::Result<()> {
             aggregate(e),
             e.attempt_count.to_string(),
             time(when),
-            first_line(e.last_error.as_deref().unwrap_or(""), 60),
+            first_line(e.last_error.as_deref().unwrap_or(""), 40),
         ]);
     }
     output::print_table(&t)
