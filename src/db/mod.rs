@@ -98,9 +98,12 @@ pub async fn drop_schema(
 }
 
 /// Fails with a clear message when the schema has no outbox table.
-pub async fn ensure_migrated(pool: &PgPool, cfg: &DbConfig) -> anyhow::Result<()> {
+pub async fn ensure_migrated<'e>(
+    exec: impl sqlx::PgExecutor<'e>,
+    cfg: &DbConfig,
+) -> anyhow::Result<()> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox') IS NOT NULL")
-        .fetch_one(pool)
+        .fetch_one(exec)
         .await?;
     if !exists {
         anyhow::bail!(
