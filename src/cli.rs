@@ -4,6 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+// On/off flags read their environment variable with FalseyValueParser: unset, empty, 0, false, no
+// and off are off; anything else (1, true, yes) is on. clap's default accepts only true/false.
+use clap::builder::FalseyValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Operate a transactional outbox on PostgreSQL: migrate, publish, relay, inspect, prune.
@@ -48,6 +51,7 @@ pub struct LogArgs {
         long,
         global = true,
         env = "OUTBOXCTL_QUIET",
+        value_parser = FalseyValueParser::new(),
         conflicts_with = "verbose"
     )]
     pub quiet: bool,
@@ -89,7 +93,7 @@ pub struct DatabaseArgs {
 #[derive(Debug, Args, Clone, Copy)]
 pub struct OutputArgs {
     /// Print JSON on stdout instead of a table.
-    #[arg(long, env = "OUTBOXCTL_JSON")]
+    #[arg(long, env = "OUTBOXCTL_JSON", value_parser = FalseyValueParser::new())]
     pub json: bool,
 }
 
@@ -105,7 +109,7 @@ pub struct MigrateArgs {
     pub db: DatabaseArgs,
 
     /// List applied and pending migrations; change nothing.
-    #[arg(long, visible_alias = "dry-run", env = "OUTBOXCTL_MIGRATE_STATUS")]
+    #[arg(long, visible_alias = "dry-run", env = "OUTBOXCTL_MIGRATE_STATUS", value_parser = FalseyValueParser::new())]
     pub status: bool,
 
     #[command(flatten)]
@@ -215,7 +219,7 @@ pub struct RelayArgs {
     pub sink: String,
 
     /// Drain what is ready now, print a summary, exit.
-    #[arg(long, env = "OUTBOXCTL_ONCE")]
+    #[arg(long, env = "OUTBOXCTL_ONCE", value_parser = FalseyValueParser::new())]
     pub once: bool,
 
     /// How claims are settled. `lease`: claim commits a lease, publish runs outside any
