@@ -461,3 +461,45 @@ async fn a_closed_stdout_is_a_normal_exit() {
         assert_eq!(stderr(&out), "", "{args:?}");
     }
 }
+
+#[tokio::test]
+async fn on_off_environment_variables_take_the_usual_spellings() {
+    let db = TestDb::new().await;
+    for (value, on) in [
+        ("1", true),
+        ("true", true),
+        ("yes", true),
+        ("on", true),
+        ("0", false),
+        ("false", false),
+        ("no", false),
+        ("off", false),
+        ("", false),
+    ] {
+        let out = run({
+            let mut c = db.cmd();
+            c.arg("stats")
+                .env("OUTBOXCTL_JSON", value)
+                .env("OUTBOXCTL_QUIET", value);
+            c
+        });
+        assert!(out.status.success(), "{value:?}: {}", stderr(&out));
+        assert_eq!(out.stdout.starts_with(b"{"), on, "OUTBOXCTL_JSON={value:?}");
+    }
+    // OUTBOXCTL_MIGRATE_STATUS=1 only lists: the schema is not created.
+    let fresh = TestDb::unmigrated().await;
+    let out = run({
+        let mut c = fresh.cmd();
+        c.arg("migrate").env("OUTBOXCTL_MIGRATE_STATUS", "1");
+        c
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("pending"), "{}", stdout(&out));
+    let created: bool = fresh
+        .scalar(&format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = '{}')",
+            fresh.schema
+        ))
+        .await;
+    assert!(!created);
+}
