@@ -116,6 +116,7 @@ pub struct MigrateArgs {
     pub output: OutputArgs,
 }
 
+// Each example is its own paragraph: clap joins the lines of a paragraph into one.
 /// Insert events: one from flags, or many from a JSON-lines file.
 ///
 /// Inserts are idempotent on the idempotency key: a row whose key already exists is skipped and
@@ -123,9 +124,12 @@ pub struct MigrateArgs {
 /// transaction, so a bad line (reported with its line number) leaves the table as it was.
 ///
 /// Examples:
-///   outboxctl publish --event-type order.placed --aggregate-type order --aggregate-id 42 --payload '{"total":1200}'
-///   outboxctl publish --event-type reminder.due --aggregate-type user --aggregate-id 7 --payload @body.json --delay 15m
-///   outboxctl publish --file events.jsonl
+///
+/// outboxctl publish --event-type order.placed --aggregate-type order --aggregate-id 42 --payload '{"total":1200}'
+///
+/// outboxctl publish --event-type reminder.due --aggregate-type user --aggregate-id 7 --payload @body.json --delay 15m
+///
+/// outboxctl publish --file events.jsonl
 #[derive(Debug, Args)]
 pub struct PublishArgs {
     #[command(flatten)]
