@@ -239,7 +239,7 @@ fn a_password_in_the_url_never_appears_in_any_output() {
             for args in CONNECTING {
                 let out = run({
                     let mut c = bin();
-                    c.args(args).args(["--connect-timeout", "5s", "-vvv"]);
+                    c.args(args).args(["--connect-timeout", "2s", "-vvv"]);
                     if via_flag {
                         c.args(["--database-url", &url]);
                     } else {

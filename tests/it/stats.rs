@@ -63,7 +63,9 @@ async fn put(db: &TestDb, n: i64, g: &str, state: &str, cols: &[(&str, &str)]) {
     .await;
 }
 
-/// The fixture: rows in every state, in three groups. Returns nothing; expectations are below.
+/// The fixture: rows in every state, in three groups; expectations are in [`want`]. Every time is
+/// at least 50 seconds away from a boundary (due, lease end, last minute), so a slow run cannot
+/// move a row from one state to another.
 async fn fixture(db: &TestDb) {
     // Ready: due 10 minutes ago, created 20 minutes ago (group a) ...
     put(
@@ -124,7 +126,7 @@ async fn fixture(db: &TestDb) {
         "retry",
         &[
             ("created_at", "now() - interval '2 hours'"),
-            ("available_at", "now() + interval '2 minutes'"),
+            ("available_at", "now() + interval '20 minutes'"),
             ("attempt_count", "3"),
             ("last_error", "'HTTP 503'"),
         ],
@@ -139,7 +141,7 @@ async fn fixture(db: &TestDb) {
         &[
             ("created_at", "now() - interval '2 hours'"),
             ("available_at", "now() - interval '2 hours'"),
-            ("locked_until", "now() + interval '30 seconds'"),
+            ("locked_until", "now() + interval '10 minutes'"),
             ("attempt_count", "1"),
         ],
     )
@@ -152,7 +154,7 @@ async fn fixture(db: &TestDb) {
         &[
             ("created_at", "now() - interval '2 hours'"),
             ("available_at", "now() - interval '2 hours'"),
-            ("locked_until", "now() + interval '30 seconds'"),
+            ("locked_until", "now() + interval '10 minutes'"),
             ("attempt_count", "1"),
         ],
     )
@@ -189,11 +191,11 @@ async fn fixture(db: &TestDb) {
         db,
         2,
         "a",
-        "pub30s",
+        "pub10s",
         &[
             ("created_at", "now() - interval '1 minute'"),
             ("available_at", "now() - interval '1 minute'"),
-            ("published_at", "now() - interval '30 seconds'"),
+            ("published_at", "now() - interval '10 seconds'"),
         ],
     )
     .await;
@@ -201,11 +203,11 @@ async fn fixture(db: &TestDb) {
         db,
         1,
         "c",
-        "pub30s",
+        "pub10s",
         &[
             ("created_at", "now() - interval '1 minute'"),
             ("available_at", "now() - interval '1 minute'"),
-            ("published_at", "now() - interval '30 seconds'"),
+            ("published_at", "now() - interval '10 seconds'"),
         ],
     )
     .await;
