@@ -1,5 +1,6 @@
 //! The one integration test binary: real PostgreSQL, the real `outboxctl` binary, real sinks.
 
+mod bench;
 mod common;
 mod http_server;
 mod http_sink;
