@@ -36,6 +36,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('stats', 'stats', [CompletionResultType]::ParameterValue, 'Backlog, lag, in-flight, dead letters and throughput')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('demo', 'demo', [CompletionResultType]::ParameterValue, 'Show the tool end to end in a scratch schema, then drop it')
+            [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -162,6 +163,32 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'outboxctl;bench' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--events', '--events', [CompletionResultType]::ParameterName, 'Events in the backlog for publish and drain')
+            [CompletionResult]::new('--batch-size', '--batch-size', [CompletionResultType]::ParameterName, 'Rows per claim')
+            [CompletionResult]::new('--relays', '--relays', [CompletionResultType]::ParameterName, 'Relay processes draining at once (and connections for the SQL ceiling)')
+            [CompletionResult]::new('--concurrency', '--concurrency', [CompletionResultType]::ParameterName, 'Publishes in flight per relay')
+            [CompletionResult]::new('--mode', '--mode', [CompletionResultType]::ParameterName, 'Relay mode to measure (auto means tx here: the null sink is local)')
+            [CompletionResult]::new('--rate', '--rate', [CompletionResultType]::ParameterName, 'Offered rate for the latency test, events/s')
+            [CompletionResult]::new('--latency-duration', '--latency-duration', [CompletionResultType]::ParameterName, 'How long the latency test offers load')
+            [CompletionResult]::new('--delayed-events', '--delayed-events', [CompletionResultType]::ParameterName, 'Delayed events for the lateness test')
+            [CompletionResult]::new('--prune-rows', '--prune-rows', [CompletionResultType]::ParameterName, 'Published rows for the prune test (0 skips it)')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--keep-schema', '--keep-schema', [CompletionResultType]::ParameterName, 'Keep the scratch schema afterwards (for EXPLAIN and poking around)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'outboxctl;help' {
             [CompletionResult]::new('migrate', 'migrate', [CompletionResultType]::ParameterValue, 'Create or upgrade the outbox schema (safe when several replicas run it at once)')
             [CompletionResult]::new('publish', 'publish', [CompletionResultType]::ParameterValue, 'Insert events: one from flags, or many from a JSON-lines file')
@@ -169,6 +196,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('stats', 'stats', [CompletionResultType]::ParameterValue, 'Backlog, lag, in-flight, dead letters and throughput')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('demo', 'demo', [CompletionResultType]::ParameterValue, 'Show the tool end to end in a scratch schema, then drop it')
+            [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -188,6 +216,9 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             break
         }
         'outboxctl;help;demo' {
+            break
+        }
+        'outboxctl;help;bench' {
             break
         }
         'outboxctl;help;help' {

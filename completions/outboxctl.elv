@@ -33,6 +33,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand stats 'Backlog, lag, in-flight, dead letters and throughput'
             cand completions 'Print a shell completion script'
             cand demo 'Show the tool end to end in a scratch schema, then drop it'
+            cand bench 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'outboxctl;migrate'= {
@@ -152,6 +153,31 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'outboxctl;bench'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --events 'Events in the backlog for publish and drain'
+            cand --batch-size 'Rows per claim'
+            cand --relays 'Relay processes draining at once (and connections for the SQL ceiling)'
+            cand --concurrency 'Publishes in flight per relay'
+            cand --mode 'Relay mode to measure (auto means tx here: the null sink is local)'
+            cand --rate 'Offered rate for the latency test, events/s'
+            cand --latency-duration 'How long the latency test offers load'
+            cand --delayed-events 'Delayed events for the lateness test'
+            cand --prune-rows 'Published rows for the prune test (0 skips it)'
+            cand --log-format 'Log line format'
+            cand --keep-schema 'Keep the scratch schema afterwards (for EXPLAIN and poking around)'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+            cand --verbose 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'outboxctl;help'= {
             cand migrate 'Create or upgrade the outbox schema (safe when several replicas run it at once)'
             cand publish 'Insert events: one from flags, or many from a JSON-lines file'
@@ -159,6 +185,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand stats 'Backlog, lag, in-flight, dead letters and throughput'
             cand completions 'Print a shell completion script'
             cand demo 'Show the tool end to end in a scratch schema, then drop it'
+            cand bench 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'outboxctl;help;migrate'= {
@@ -172,6 +199,8 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;help;completions'= {
         }
         &'outboxctl;help;demo'= {
+        }
+        &'outboxctl;help;bench'= {
         }
         &'outboxctl;help;help'= {
         }

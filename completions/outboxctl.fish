@@ -36,6 +36,7 @@ complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "relay" -d 'Rela
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "stats" -d 'Backlog, lag, in-flight, dead letters and throughput'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "bench" -d 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
@@ -127,10 +128,33 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s v -l verbos
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s V -l version -d 'Print version'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo help" -f -a "migrate" -d 'Create or upgrade the outbox schema (safe when several replicas run it at once)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo help" -f -a "publish" -d 'Insert events: one from flags, or many from a JSON-lines file'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo help" -f -a "relay" -d 'Relay ready events to a sink: `--once` for cron, or as a daemon'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo help" -f -a "stats" -d 'Backlog, lag, in-flight, dead letters and throughput'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo help" -f -a "completions" -d 'Print a shell completion script'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo help" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l events -d 'Events in the backlog for publish and drain' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l batch-size -d 'Rows per claim' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l relays -d 'Relay processes draining at once (and connections for the SQL ceiling)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l concurrency -d 'Publishes in flight per relay' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l mode -d 'Relay mode to measure (auto means tx here: the null sink is local)' -r -f -a "auto\t''
+lease\t''
+tx\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l rate -d 'Offered rate for the latency test, events/s' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l latency-duration -d 'How long the latency test offers load' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l delayed-events -d 'Delayed events for the lateness test' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l prune-rows -d 'Published rows for the prune test (0 skips it)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l keep-schema -d 'Keep the scratch schema afterwards (for EXPLAIN and poking around)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo bench help" -f -a "migrate" -d 'Create or upgrade the outbox schema (safe when several replicas run it at once)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo bench help" -f -a "publish" -d 'Insert events: one from flags, or many from a JSON-lines file'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo bench help" -f -a "relay" -d 'Relay ready events to a sink: `--once` for cron, or as a daemon'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo bench help" -f -a "stats" -d 'Backlog, lag, in-flight, dead letters and throughput'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo bench help" -f -a "completions" -d 'Print a shell completion script'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo bench help" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo bench help" -f -a "bench" -d 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats completions demo bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -159,3 +159,66 @@ pub fn stdout(out: &std::process::Output) -> String {
 pub fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// Polls `check` every 20 ms until it returns true or `timeout` passes (then panics with `what`).
+/// For waiting on an observable outcome of another process, not as a fixed sleep.
+pub async fn wait_until<F, Fut>(timeout: std::time::Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Sends a signal to a child process.
+pub fn signal(child: &std::process::Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -{sig} {}", child.id());
+}
+
+/// Ids in a JSON-lines sink file.
+pub fn ids_in_file(path: &std::path::Path) -> Vec<i64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("JSON line")["id"]
+                .as_i64()
+                .expect("id")
+        })
+        .collect()
+}
+
+/// Collects a child's output stream in the background, for waiting on a log line.
+pub fn capture<R: std::io::Read + Send + 'static>(
+    stream: R,
+) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let b = std::sync::Arc::clone(&buf);
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stream)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let mut s = b.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    buf
+}

@@ -1,0 +1,392 @@
+//! The http sink against a real HTTP server the test runs, driven by the real binary.
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::common::{signal, stderr, stdout, wait_until, TestDb};
+use crate::http_server::TestServer;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Independent Standard Webhooks verification: recompute the HMAC over "{id}.{ts}.{body}".
+fn verify(secret: &str, id: &str, ts: &str, body: &[u8], header: &str) -> bool {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.trim_start_matches("whsec_"))
+        .unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(body);
+    let want = format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    );
+    header.split(' ').any(|s| s == want)
+}
+
+#[tokio::test]
+async fn posts_signed_documents_with_dedup_id_and_templated_headers() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(0, |_| (200, vec![]));
+    let out = db
+        .cmd()
+        .args([
+            "publish",
+            "--event-type",
+            "order.placed",
+            "--aggregate-type",
+            "order",
+            "--aggregate-id",
+            "42",
+        ])
+        .args([
+            "--payload",
+            r#"{"total":1200}"#,
+            "--header",
+            "schema-version=3",
+            "--idempotency-key",
+            "order.placed:42",
+        ])
+        .args(["--tenant", "6f9619ff-8b86-d011-b42d-00cf4fc964ff"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = db
+        .cmd()
+        .args([
+            "relay",
+            "--once",
+            "--sink",
+            &server.url(),
+            "--signing-secret-env",
+            "MY_SIGNING_SECRET",
+            "-vv",
+        ])
+        .args([
+            "--http-header",
+            "Upstash-Deduplication-Id: {idempotency_key}",
+            "--http-header",
+            "X-Event: {event_type}/{id}",
+        ])
+        .env("MY_SIGNING_SECRET", SECRET)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !stdout(&out).contains("MfKQ9r8") && !stderr(&out).contains("MfKQ9r8"),
+        "the secret never appears in output"
+    );
+    let got = server.accepted();
+    assert_eq!(got.len(), 1);
+    let r = &got[0];
+    assert_eq!(r.url, "/events");
+    let doc = r.json();
+    assert_eq!(doc["id"], 1);
+    assert_eq!(doc["type"], "order.placed");
+    assert_eq!(doc["aggregate_type"], "order");
+    assert_eq!(doc["aggregate_id"], "42");
+    assert_eq!(doc["tenant_id"], "6f9619ff-8b86-d011-b42d-00cf4fc964ff");
+    assert_eq!(doc["payload"], serde_json::json!({"total": 1200}));
+    assert!(doc["created_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.header("idempotency-key"), Some("order.placed:42"));
+    assert_eq!(
+        r.header("upstash-deduplication-id"),
+        Some("order.placed:42")
+    );
+    assert_eq!(r.header("x-event"), Some("order.placed/1"));
+    assert_eq!(
+        r.header("schema-version"),
+        Some("3"),
+        "the row's headers are sent"
+    );
+    assert_eq!(r.header("webhook-id"), Some("order.placed:42"));
+    let ts = r.header("webhook-timestamp").unwrap();
+    assert!(verify(
+        SECRET,
+        "order.placed:42",
+        ts,
+        &r.body,
+        r.header("webhook-signature").unwrap()
+    ));
+    assert!(!verify(
+        "whsec_c2VjcmV0",
+        "order.placed:42",
+        ts,
+        &r.body,
+        r.header("webhook-signature").unwrap()
+    ));
+    let published: bool = db
+        .scalar("SELECT published_at IS NOT NULL FROM outbox WHERE id = 1")
+        .await;
+    assert!(published);
+}
+
+#[tokio::test]
+async fn poison_is_dead_lettered_at_once_while_the_rest_flow() {
+    for mode in ["lease", "tx"] {
+        let db = TestDb::new().await;
+        db.seed_ready(20).await;
+        db.exec("UPDATE outbox SET payload = '{\"poison\": true}' WHERE id = 5")
+            .await;
+        let server = TestServer::start(0, |r| {
+            if r.json()["payload"]["poison"] == true {
+                (422, vec![])
+            } else {
+                (200, vec![])
+            }
+        });
+        let out = db
+            .cmd()
+            .args([
+                "relay",
+                "--once",
+                "--json",
+                "--mode",
+                mode,
+                "--sink",
+                &server.url(),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let errs: Vec<(i64, Option<String>)> =
+            sqlx::query_as("SELECT id, last_error FROM outbox WHERE published_at IS NULL")
+                .fetch_all(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            (
+                summary["published"].as_u64(),
+                summary["dead_lettered"].as_u64()
+            ),
+            (Some(19), Some(1)),
+            "{mode} {errs:?}"
+        );
+        let (attempts, err): (i32, String) = sqlx::query_as("SELECT attempt_count, last_error FROM outbox WHERE id = 5 AND dead_lettered_at IS NOT NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(attempts, 1, "{mode}: dead-lettered on its first attempt");
+        assert!(err.contains("422"), "{err}");
+        let published: i64 = db
+            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+            .await;
+        assert_eq!(published, 19);
+        assert_eq!(server.accepted().len(), 19);
+    }
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured_and_redirects_are_not_followed() {
+    let db = TestDb::new().await;
+    db.seed_ready(2).await;
+    let server = TestServer::start(0, |r| {
+        if r.json()["id"] == 1 {
+            (503, vec![("Retry-After".into(), "120".into())])
+        } else {
+            (
+                302,
+                vec![("Location".into(), "http://127.0.0.1:9/elsewhere".into())],
+            )
+        }
+    });
+    let out = db
+        .cmd()
+        .args([
+            "relay",
+            "--once",
+            "--sink",
+            &server.url(),
+            "--backoff-base",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let wait: f64 = db
+        .scalar("SELECT extract(epoch FROM available_at - now())::float8 FROM outbox WHERE id = 1")
+        .await;
+    assert!(
+        (115.0..=121.0).contains(&wait),
+        "Retry-After: 120 gives {wait}s"
+    );
+    let err: String = db
+        .scalar("SELECT last_error FROM outbox WHERE id = 2")
+        .await;
+    assert!(
+        err.contains("302") && err.contains("redirects are not followed"),
+        "{err}"
+    );
+    let dead: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
+        .await;
+    assert_eq!(dead, 0);
+}
+
+#[tokio::test]
+async fn sink_down_then_back_backs_off_without_dead_letters_and_recovers() {
+    let db = TestDb::new().await;
+    db.seed_ready(50).await;
+    // Reserve a port, then leave it closed: the sink is down.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/events");
+    let mut child = db
+        .cmd()
+        .args([
+            "relay",
+            "--sink",
+            &url,
+            "--backoff-base",
+            "200ms",
+            "--backoff-max",
+            "400ms",
+            "--max-attempts",
+            "1000",
+        ])
+        .args(["--poll-interval", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "first failed attempts", || async {
+        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE attempt_count >= 1")
+            .await
+            == 50
+    })
+    .await;
+    let t0 = std::time::Instant::now();
+    wait_until(Duration::from_secs(10), "a few retries", || async {
+        db.scalar::<i32>("SELECT min(attempt_count) FROM outbox")
+            .await
+            >= 4
+    })
+    .await;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let max_attempts: i32 = db.scalar("SELECT max(attempt_count) FROM outbox").await;
+    // Backoff of 100-400 ms per attempt: three more attempts take at least ~0.3 s, and no row
+    // gets far more attempts than the backoff allows (no hot loop).
+    assert!(elapsed >= 0.25, "3 retries in {elapsed}s: not backing off");
+    assert!(
+        f64::from(max_attempts) <= 1.0 + (elapsed + 0.5) / 0.1,
+        "{max_attempts} attempts in {elapsed}s"
+    );
+    let dead: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
+        .await;
+    assert_eq!(dead, 0);
+    // The sink comes back on the same port.
+    let server = TestServer::start(port, |_| (200, vec![]));
+    wait_until(
+        Duration::from_secs(10),
+        "all published after recovery",
+        || async {
+            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+                .await
+                == 0
+        },
+    )
+    .await;
+    signal(&child, "TERM");
+    assert!(child.wait().unwrap().success());
+    let ids: std::collections::HashSet<i64> = server
+        .accepted()
+        .iter()
+        .map(|r| r.json()["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 50);
+    let dead: i64 = db.scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL OR last_error IS NOT NULL").await;
+    assert_eq!(dead, 0, "recovered rows carry no error");
+}
+
+#[tokio::test]
+async fn sigterm_mid_batch_settles_in_flight_and_releases_unstarted_claims() {
+    let db = TestDb::new().await;
+    db.seed_ready(10).await;
+    // The server holds every request until the test opens the gate.
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let (g, a) = (Arc::clone(&gate), Arc::clone(&arrived));
+    let server = TestServer::start(0, move |_| {
+        a.fetch_add(1, Ordering::SeqCst);
+        let (lock, cv) = &*g;
+        let mut open = lock.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+        (200, vec![])
+    });
+    let mut child = db
+        .cmd()
+        .args([
+            "relay",
+            "--sink",
+            &server.url(),
+            "--concurrency",
+            "2",
+            "--batch-size",
+            "10",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = crate::common::capture(child.stderr.take().unwrap());
+    wait_until(
+        Duration::from_secs(10),
+        "two publishes in flight",
+        || async { arrived.load(Ordering::SeqCst) == 2 },
+    )
+    .await;
+    let leased: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE locked_until > now()")
+        .await;
+    assert_eq!(leased, 10, "the whole batch is claimed");
+    signal(&child, "TERM");
+    // Once the relay has logged that it is shutting down, let the two held requests finish.
+    wait_until(
+        Duration::from_secs(5),
+        "the relay acknowledges SIGTERM",
+        || async { log.lock().unwrap().contains("shutting down") },
+    )
+    .await;
+    {
+        let (lock, cv) = &*gate;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "exit 0 on SIGTERM: {}", stderr(&out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["published"], 2, "{summary}");
+    assert_eq!(summary["released"], 8, "{summary}");
+    assert_eq!(
+        arrived.load(Ordering::SeqCst),
+        2,
+        "nothing new started after the signal"
+    );
+    let (published, released): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE published_at IS NOT NULL),
+                count(*) FILTER (WHERE published_at IS NULL AND locked_until IS NULL AND attempt_count = 0)
+           FROM outbox",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (published, released),
+        (2, 8),
+        "in-flight settled, unstarted released for another relay"
+    );
+}

@@ -1,0 +1,671 @@
+//! The relay step against the real database (MemorySink test double where no peer is needed),
+//! and the real binary against real sinks: files, and an HTTP server the test runs.
+
+use std::collections::{HashMap, HashSet};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outboxctl::db::relay as sql;
+use outboxctl::relay::{Backoff, Mode, Relay, RelayConfig};
+use outboxctl::sink::memory::MemorySink;
+use outboxctl::sink::Sink;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::common::{ids_in_file, signal, stderr, stdout, wait_until, TestDb};
+
+const MODES: [Mode; 2] = [Mode::Lease, Mode::Tx];
+
+async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) -> Relay {
+    Relay {
+        pool: outboxctl::db::pool_for_relay(&db.config(), 4, true, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        sink,
+        cfg: RelayConfig {
+            mode,
+            batch_size: 100,
+            concurrency: 8,
+            lease: Duration::from_secs(30),
+            publish_timeout: Duration::from_secs(5),
+            max_attempts,
+            backoff: Backoff {
+                base: Duration::from_secs(10),
+                max: Duration::from_secs(60),
+            },
+            shutdown_grace: Duration::from_secs(1),
+            failpoint: None,
+        },
+    }
+}
+
+fn mode_flag(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Lease => "lease",
+        Mode::Tx => "tx",
+    }
+}
+
+#[tokio::test]
+async fn claim_respects_the_batch_and_concurrent_claims_are_disjoint() {
+    let db = TestDb::new().await;
+    db.seed_ready(1000).await;
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        conns.push(db.pool.acquire().await.unwrap());
+    }
+    // Lease claims from three connections at once.
+    let claims = futures::future::join_all(conns.iter_mut().map(|c| async move {
+        sql::claim_lease(c, 150, Duration::from_secs(30), Uuid::new_v4())
+            .await
+            .unwrap()
+    }))
+    .await;
+    let mut seen = HashSet::new();
+    for c in &claims {
+        assert_eq!(
+            c.len(),
+            150,
+            "a claim returns at most (here exactly) the batch"
+        );
+        for r in c {
+            assert!(seen.insert(r.id), "row {} claimed twice", r.id);
+            assert_eq!(r.attempt_count, 1);
+        }
+    }
+    let leased: i64 = db
+        .scalar(
+            "SELECT count(*) FROM outbox WHERE locked_until > now() AND claim_token IS NOT NULL",
+        )
+        .await;
+    assert_eq!(leased, 450);
+
+    // Tx claims: two open transactions claim disjoint rows, skipping leased ones.
+    use sqlx::Connection;
+    let mut a = conns.pop().unwrap();
+    let mut b = conns.pop().unwrap();
+    let mut ta = a.begin().await.unwrap();
+    let mut tb = b.begin().await.unwrap();
+    let ra = sql::claim_tx(&mut ta, 300).await.unwrap();
+    let rb = sql::claim_tx(&mut tb, 300).await.unwrap();
+    assert_eq!(ra.len(), 300);
+    assert_eq!(rb.len(), 250, "only 250 unleased rows were left");
+    for r in ra.iter().chain(&rb) {
+        assert!(seen.insert(r.id), "row {} claimed twice", r.id);
+    }
+    ta.commit().await.unwrap();
+    tb.rollback().await.unwrap();
+    let published: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+        .await;
+    assert_eq!(
+        published, 300,
+        "the committed tx claim marked its rows; the rolled back one did not"
+    );
+}
+
+#[tokio::test]
+async fn claim_uses_the_ready_index_not_published_history() {
+    let db = TestDb::new().await;
+    db.seed_ready(20_000).await;
+    db.exec("UPDATE outbox SET published_at = now() WHERE id <= 19000; ANALYZE outbox")
+        .await;
+    let plan: serde_json::Value = db
+        .scalar(
+            "EXPLAIN (FORMAT JSON) SELECT id FROM outbox
+              WHERE published_at IS NULL AND dead_lettered_at IS NULL AND available_at <= now()
+                AND (locked_until IS NULL OR locked_until < now())
+              ORDER BY available_at, id LIMIT 100 FOR UPDATE SKIP LOCKED",
+        )
+        .await;
+    let text = plan.to_string();
+    assert!(
+        text.contains("outbox_ready_idx"),
+        "claim must use the partial ready index: {text}"
+    );
+    assert!(
+        !text.contains("Seq Scan") && !text.contains("\"Sort\""),
+        "no scan or sort: {text}"
+    );
+}
+
+#[tokio::test]
+async fn step_publishes_and_marks_in_both_modes() {
+    for mode in MODES {
+        let db = TestDb::new().await;
+        db.seed_ready(250).await;
+        let sink = Arc::new(MemorySink::default());
+        let r = relay(&db, sink.clone(), mode, 5).await;
+        let report =
+            outboxctl::relay::daemon::once(&r, Default::default(), &CancellationToken::new())
+                .await
+                .unwrap();
+        assert_eq!((report.claimed, report.published), (250, 250), "{mode:?}");
+        let mut ids = sink.ids();
+        ids.sort();
+        assert_eq!(ids, (1..=250).collect::<Vec<_>>(), "{mode:?}");
+        let left: i64 = db
+            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL OR locked_until IS NOT NULL OR attempt_count <> 1")
+            .await;
+        assert_eq!(left, 0, "{mode:?}: every row published once, lease cleared");
+        // The document carries the dedup id and the row's fields.
+        let (_, key, doc) = sink.received.lock().unwrap()[0].clone();
+        let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
+        assert_eq!(v["idempotency_key"], key.as_str());
+        assert_eq!(v["type"], "order.placed");
+        assert_eq!(v["aggregate_type"], "order");
+        assert_eq!(v["tenant_id"], "00000000-0000-0000-0000-000000000001");
+        assert!(
+            v["payload"]["n"].is_i64() && v["created_at"].is_string() && v["headers"].is_object()
+        );
+    }
+}
+
+#[tokio::test]
+async fn failures_back_off_then_dead_letter_after_max_attempts_and_poison_goes_at_once() {
+    for mode in MODES {
+        let db = TestDb::new().await;
+        db.seed_ready(10).await;
+        let sink = Arc::new(MemorySink::default());
+        sink.retryable_ids.lock().unwrap().insert(3);
+        sink.permanent_ids.lock().unwrap().insert(7);
+        let r = relay(&db, sink.clone(), mode, 3).await;
+        let never = CancellationToken::new();
+        let first = r.step(100, &never).await.unwrap();
+        assert_eq!(
+            (first.published, first.retried, first.dead_lettered),
+            (8, 1, 1),
+            "{mode:?}"
+        );
+        // The poison row is dead at once, with its error; the others flowed.
+        let (dead_at, err): (Option<chrono::DateTime<chrono::Utc>>, Option<String>) =
+            sqlx::query_as("SELECT dead_lettered_at, last_error FROM outbox WHERE id = 7")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert!(
+            dead_at.is_some()
+                && err
+                    .as_deref()
+                    .unwrap()
+                    .contains("permanent: event 7 rejected"),
+            "{mode:?}"
+        );
+        // The retryable row waits out a jittered backoff (base 10s: between 5s and 10s).
+        let wait: f64 = db
+            .scalar(
+                "SELECT extract(epoch FROM available_at - now())::float8 FROM outbox WHERE id = 3",
+            )
+            .await;
+        assert!((4.0..=10.5).contains(&wait), "{mode:?}: backoff {wait}");
+        let again = r.step(100, &never).await.unwrap();
+        assert_eq!(
+            again.claimed, 0,
+            "{mode:?}: nothing due during the backoff: no hot loop"
+        );
+        // Attempts 2 and 3 (made due by hand): dead-lettered on the third, not before.
+        for attempt in 2..=3 {
+            db.exec("UPDATE outbox SET available_at = now() WHERE id = 3")
+                .await;
+            let rep = r.step(100, &never).await.unwrap();
+            assert_eq!(rep.claimed, 1);
+            let (attempts, dead): (i32, bool) = sqlx::query_as(
+                "SELECT attempt_count, dead_lettered_at IS NOT NULL FROM outbox WHERE id = 3",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            assert_eq!(attempts, attempt);
+            assert_eq!(dead, attempt == 3, "{mode:?}: dead only after max attempts");
+        }
+        let err: String = db
+            .scalar("SELECT last_error FROM outbox WHERE id = 3")
+            .await;
+        assert!(err.contains("attempt 3 of 3"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_stale_relay_cannot_overwrite_the_newer_outcome() {
+    let db = TestDb::new().await;
+    db.seed_ready(2).await;
+    let mut c = db.pool.acquire().await.unwrap();
+    let (stale, fresh) = (Uuid::new_v4(), Uuid::new_v4());
+    let first = sql::claim_lease(&mut c, 10, Duration::from_secs(30), stale)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 2);
+    // The stale relay stalls past its lease; another relay claims the rows again.
+    db.exec("UPDATE outbox SET locked_until = now() - interval '1 second'")
+        .await;
+    let second = sql::claim_lease(&mut c, 10, Duration::from_secs(30), fresh)
+        .await
+        .unwrap();
+    assert_eq!(second.len(), 2);
+    // The new owner publishes row 1 and fails row 2 (retry).
+    assert_eq!(
+        sql::settle_published(&mut c, &[1], fresh).await.unwrap(),
+        vec![1]
+    );
+    let retry = sql::Failure {
+        id: 2,
+        retry_in: Duration::from_secs(60),
+        dead: false,
+        error: "fresh failure".into(),
+    };
+    assert_eq!(
+        sql::settle_failed(&mut c, &[retry], fresh).await.unwrap(),
+        vec![2]
+    );
+    let before: Vec<(i64, Option<String>, String, i32)> = sqlx::query_as(
+        "SELECT id, last_error, coalesce(published_at::text, '') || coalesce(dead_lettered_at::text, '') || available_at::text, attempt_count FROM outbox ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    // The stale relay wakes and settles with its old token: nothing changes.
+    assert!(sql::settle_published(&mut c, &[2], stale)
+        .await
+        .unwrap()
+        .is_empty());
+    let dead = sql::Failure {
+        id: 1,
+        retry_in: Duration::ZERO,
+        dead: true,
+        error: "stale".into(),
+    };
+    assert!(sql::settle_failed(&mut c, &[dead], stale)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(sql::release(&mut c, &[1, 2], stale).await.unwrap(), 0);
+    let after: Vec<(i64, Option<String>, String, i32)> = sqlx::query_as(
+        "SELECT id, last_error, coalesce(published_at::text, '') || coalesce(dead_lettered_at::text, '') || available_at::text, attempt_count FROM outbox ORDER BY id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(before, after);
+}
+
+#[tokio::test]
+async fn four_relay_processes_deliver_20k_events_exactly_once() {
+    for mode in MODES {
+        let db = TestDb::new().await;
+        db.seed_ready(20_000).await;
+        let dir = tempfile::tempdir().unwrap();
+        let children: Vec<_> = (0..4)
+            .map(|i| {
+                let path = dir.path().join(format!("sink-{i}.jsonl"));
+                let child = db
+                    .cmd()
+                    .args([
+                        "relay",
+                        "--once",
+                        "--batch-size",
+                        "200",
+                        "--mode",
+                        mode_flag(mode),
+                        "--json",
+                    ])
+                    .arg("--sink")
+                    .arg(format!("file:{}", path.display()))
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                (path, child)
+            })
+            .collect();
+        let mut all = Vec::new();
+        for (path, child) in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{mode:?}: {}", stderr(&out));
+            let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let ids = ids_in_file(&path);
+            assert_eq!(summary["published"].as_u64().unwrap() as usize, ids.len());
+            all.extend(ids);
+        }
+        assert_eq!(
+            all.len(),
+            20_000,
+            "{mode:?}: every event delivered once, none twice"
+        );
+        let distinct: HashSet<_> = all.iter().collect();
+        assert_eq!(distinct.len(), 20_000, "{mode:?}");
+        let unpublished: i64 = db
+            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await;
+        assert_eq!(unpublished, 0, "{mode:?}");
+    }
+}
+
+#[tokio::test]
+async fn kill_9_after_publish_before_settle_loses_nothing() {
+    for mode in MODES {
+        let db = TestDb::new().await;
+        db.seed_ready(1000).await;
+        let dir = tempfile::tempdir().unwrap();
+        let first = dir.path().join("first.jsonl");
+        let mut child = db
+            .cmd()
+            .args([
+                "relay",
+                "--once",
+                "--batch-size",
+                "300",
+                "--lease",
+                "2s",
+                "--mode",
+                mode_flag(mode),
+            ])
+            .arg("--sink")
+            .arg(format!("file:{}", first.display()))
+            .env("OUTBOXCTL_TEST_FAILPOINT", "hang-after-publish")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The fail-point announces itself once the batch is in the sink and before the settle.
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                std::io::BufRead::read_line(&mut err, &mut line).unwrap() > 0,
+                "relay exited early"
+            );
+            if line.contains("FAILPOINT hang-after-publish reached") {
+                break;
+            }
+        }
+        signal(&child, "KILL");
+        child.wait().unwrap();
+        let killed_batch = ids_in_file(&first);
+        assert_eq!(killed_batch.len(), 300, "{mode:?}");
+        // Lease mode: the rows stay leased until it expires; expire it rather than wait.
+        // Tx mode: the killed session's transaction rolled back, so nothing is held.
+        if mode == Mode::Lease {
+            let leased: i64 = db
+                .scalar("SELECT count(*) FROM outbox WHERE locked_until > now()")
+                .await;
+            assert_eq!(leased, 300);
+            db.exec("UPDATE outbox SET locked_until = now() - interval '1 millisecond' WHERE locked_until IS NOT NULL").await;
+        } else {
+            let published: i64 = db
+                .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+                .await;
+            assert_eq!(published, 0, "the killed transaction rolled back");
+        }
+        let second = dir.path().join("second.jsonl");
+        let out = db
+            .cmd()
+            .args([
+                "relay",
+                "--once",
+                "--batch-size",
+                "300",
+                "--mode",
+                mode_flag(mode),
+            ])
+            .arg("--sink")
+            .arg(format!("file:{}", second.display()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let redelivered = ids_in_file(&second);
+        let all: HashSet<i64> = killed_batch.iter().chain(&redelivered).copied().collect();
+        assert_eq!(all.len(), 1000, "{mode:?}: nothing lost");
+        let dupes: HashSet<i64> = killed_batch
+            .iter()
+            .filter(|id| redelivered.contains(id))
+            .copied()
+            .collect();
+        assert_eq!(
+            dupes,
+            killed_batch.iter().copied().collect(),
+            "{mode:?}: duplicates only from the killed batch"
+        );
+        // Same dedup id on both deliveries.
+        let keys = |p: &std::path::Path| -> HashMap<i64, String> {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    (
+                        v["id"].as_i64().unwrap(),
+                        v["idempotency_key"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect()
+        };
+        let (k1, k2) = (keys(&first), keys(&second));
+        for id in &dupes {
+            assert_eq!(k1[id], k2[id]);
+        }
+        let unpublished: i64 = db
+            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await;
+        assert_eq!(unpublished, 0);
+    }
+}
+
+#[tokio::test]
+async fn daemon_delivers_a_notified_event_in_milliseconds_and_a_delayed_one_on_time() {
+    for mode in MODES {
+        let db = TestDb::new().await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        // A long poll interval: only NOTIFY and the due-time timer can explain fast delivery.
+        let mut child = db
+            .cmd()
+            .args(["relay", "--poll-interval", "60s", "--mode", mode_flag(mode)])
+            .arg("--sink")
+            .arg(format!("file:{}", path.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Wait until the daemon is listening.
+        wait_until(Duration::from_secs(10), "relay LISTENs", || async {
+            db.scalar::<i64>("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'outboxctl' AND query ILIKE 'LISTEN%'")
+                .await
+                > 0
+        })
+        .await;
+        let out = db
+            .cmd()
+            .args([
+                "publish",
+                "--event-type",
+                "e",
+                "--aggregate-type",
+                "a",
+                "--aggregate-id",
+                "1",
+                "--payload",
+                "{}",
+                "--delay",
+                "1500ms",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        db.seed_ready(1).await;
+        wait_until(Duration::from_secs(5), "both events delivered", || async {
+            ids_in_file(&path).len() == 2
+        })
+        .await;
+        // Lateness from the database's own timestamps. In tx mode published_at is the claim's
+        // time; in lease mode it is the settle's, a file append (fsync) later.
+        let notified: f64 = db
+            .scalar("SELECT extract(epoch FROM published_at - created_at)::float8 FROM outbox WHERE event_type = 'order.placed'")
+            .await;
+        let late: f64 = db
+            .scalar("SELECT extract(epoch FROM published_at - available_at)::float8 FROM outbox WHERE event_type = 'e'")
+            .await;
+        assert!(
+            notified < 0.25,
+            "{mode:?}: NOTIFY-woken delivery took {notified}s"
+        );
+        assert!(
+            (0.0..0.1).contains(&late),
+            "{mode:?}: delayed event published {late}s after its due time"
+        );
+        signal(&child, "TERM");
+        assert!(child.wait().unwrap().success());
+    }
+}
+
+#[tokio::test]
+async fn once_exit_codes_for_unreachable_database_and_sink() {
+    let db = TestDb::new().await;
+    db.seed_ready(3).await;
+    let out = db
+        .cmd()
+        .args(["relay", "--once", "--sink", "http://127.0.0.1:9/x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("failed every publish"),
+        "{}",
+        stderr(&out)
+    );
+    let retried: i64 = db.scalar("SELECT count(*) FROM outbox WHERE attempt_count = 1 AND last_error LIKE 'cannot connect%' AND dead_lettered_at IS NULL").await;
+    assert_eq!(retried, 3);
+
+    let out = crate::common::bin()
+        .args(["relay", "--once", "--connect-timeout", "2s"])
+        .env("DATABASE_URL", "postgres://bob:hunter2@127.0.0.1:9/x")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: cannot connect to PostgreSQL at bob@127.0.0.1:9/x"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2") && !stdout(&out).contains("hunter2"));
+}
+
+#[tokio::test]
+async fn survives_pg_terminate_backend_mid_run() {
+    for mode in MODES {
+        let db = TestDb::new().await;
+        db.seed_ready(6_000).await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut child = db
+            .cmd()
+            .args([
+                "relay",
+                "--batch-size",
+                "100",
+                "--poll-interval",
+                "200ms",
+                "--mode",
+                mode_flag(mode),
+            ])
+            .arg("--sink")
+            .arg(format!("file:{}", path.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut kills = 0;
+        for target in [1_000, 2_500, 4_000] {
+            wait_until(Duration::from_secs(20), "progress", || async {
+                db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+                    .await
+                    >= target
+            })
+            .await;
+            kills += db
+                .scalar::<i64>(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+                      WHERE application_name = 'outboxctl' AND pid <> pg_backend_pid()",
+                )
+                .await;
+        }
+        assert!(kills >= 3, "{mode:?}: terminated {kills} relay connections");
+        wait_until(
+            Duration::from_secs(60),
+            "everything published after the reconnects",
+            || async {
+                db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+                    .await
+                    == 0
+            },
+        )
+        .await;
+        signal(&child, "TERM");
+        assert!(child.wait().unwrap().success(), "{mode:?}");
+        let ids: HashSet<i64> = ids_in_file(&path).into_iter().collect();
+        assert_eq!(ids.len(), 6_000, "{mode:?}: every event reached the sink");
+    }
+}
+
+#[tokio::test]
+async fn once_honours_max_events_and_rejects_bad_settings() {
+    let db = TestDb::new().await;
+    db.seed_ready(1000).await;
+    let out = db
+        .cmd()
+        .args([
+            "relay",
+            "--once",
+            "--sink",
+            "null",
+            "--batch-size",
+            "100",
+            "--max-events",
+            "250",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["published"], 250);
+    let published: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+        .await;
+    assert_eq!(published, 250, "stopped at --max-events");
+
+    for (args, want) in [
+        (
+            vec!["--lease", "10s", "--publish-timeout", "10s"],
+            "must be shorter than --lease",
+        ),
+        (vec!["--sink", "kafka://x"], "invalid --sink"),
+        (
+            vec!["--sink", "http://x", "--signing-secret-env", "NOPE_NOT_SET"],
+            "NOPE_NOT_SET",
+        ),
+        (
+            vec!["--backoff-base", "10m", "--backoff-max", "1m"],
+            "--backoff-base",
+        ),
+        (vec!["--lease", "0s"], "greater than zero"),
+    ] {
+        let out = db
+            .cmd()
+            .args(["relay", "--once"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.lines().next().unwrap().starts_with("error: ")
+                && err.lines().next().unwrap().contains(want),
+            "{args:?}: {err}"
+        );
+    }
+    let published: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+        .await;
+    assert_eq!(published, 250, "bad settings changed nothing");
+}
