@@ -4,6 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+// On/off flags read their environment variable with FalseyValueParser: unset, empty, 0, false, no
+// and off are off; anything else (1, true, yes) is on. clap's default accepts only true/false.
+use clap::builder::FalseyValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Operate a transactional outbox on PostgreSQL: migrate, publish, relay, inspect, prune.
@@ -39,6 +42,7 @@ pub enum Command {
     Prune(PruneArgs),
     Completions(CompletionsArgs),
     Demo(DemoArgs),
+    Bench(BenchArgs),
 }
 
 /// Logging options (to stderr; stdout carries data only).
@@ -54,6 +58,7 @@ pub struct LogArgs {
         long,
         global = true,
         env = "OUTBOXCTL_QUIET",
+        value_parser = FalseyValueParser::new(),
         conflicts_with = "verbose"
     )]
     pub quiet: bool,
@@ -95,7 +100,7 @@ pub struct DatabaseArgs {
 #[derive(Debug, Args, Clone, Copy)]
 pub struct OutputArgs {
     /// Print JSON on stdout instead of a table.
-    #[arg(long, env = "OUTBOXCTL_JSON")]
+    #[arg(long, env = "OUTBOXCTL_JSON", value_parser = FalseyValueParser::new())]
     pub json: bool,
 }
 
@@ -111,13 +116,14 @@ pub struct MigrateArgs {
     pub db: DatabaseArgs,
 
     /// List applied and pending migrations; change nothing.
-    #[arg(long, visible_alias = "dry-run", env = "OUTBOXCTL_MIGRATE_STATUS")]
+    #[arg(long, visible_alias = "dry-run", env = "OUTBOXCTL_MIGRATE_STATUS", value_parser = FalseyValueParser::new())]
     pub status: bool,
 
     #[command(flatten)]
     pub output: OutputArgs,
 }
 
+// Each example is its own paragraph: clap joins the lines of a paragraph into one.
 /// Insert events: one from flags, or many from a JSON-lines file.
 ///
 /// Inserts are idempotent on the idempotency key: a row whose key already exists is skipped and
@@ -125,9 +131,12 @@ pub struct MigrateArgs {
 /// transaction, so a bad line (reported with its line number) leaves the table as it was.
 ///
 /// Examples:
-///   outboxctl publish --event-type order.placed --aggregate-type order --aggregate-id 42 --payload '{"total":1200}'
-///   outboxctl publish --event-type reminder.due --aggregate-type user --aggregate-id 7 --payload @body.json --delay 15m
-///   outboxctl publish --file events.jsonl
+///
+/// outboxctl publish --event-type order.placed --aggregate-type order --aggregate-id 42 --payload '{"total":1200}'
+///
+/// outboxctl publish --event-type reminder.due --aggregate-type user --aggregate-id 7 --payload @body.json --delay 15m
+///
+/// outboxctl publish --file events.jsonl
 #[derive(Debug, Args)]
 pub struct PublishArgs {
     #[command(flatten)]
@@ -221,7 +230,7 @@ pub struct RelayArgs {
     pub sink: String,
 
     /// Drain what is ready now, print a summary, exit.
-    #[arg(long, env = "OUTBOXCTL_ONCE")]
+    #[arg(long, env = "OUTBOXCTL_ONCE", value_parser = FalseyValueParser::new())]
     pub once: bool,
 
     /// How claims are settled. `lease`: claim commits a lease, publish runs outside any
@@ -356,7 +365,7 @@ pub struct DemoArgs {
 pub struct ConfirmArgs {
     /// Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI):
     /// without it the command refuses with exit code 2 and changes nothing.
-    #[arg(long, short = 'y', env = "OUTBOXCTL_YES")]
+    #[arg(long, short = 'y', env = "OUTBOXCTL_YES", value_parser = FalseyValueParser::new())]
     pub yes: bool,
 }
 
@@ -424,7 +433,7 @@ pub struct DeadArgs {
 pub enum DeadCommand {
     #[command(visible_alias = "ls")]
     List(DeadListArgs),
-    Show(ShowArgs),
+    Show(DeadShowArgs),
     #[command(visible_alias = "rm")]
     Discard(DeadDiscardArgs),
     Export(DeadExportArgs),
@@ -449,9 +458,27 @@ pub struct DeadListArgs {
     pub output: OutputArgs,
 }
 
-/// One event in full: every column, payload and headers pretty-printed, the whole last_error.
+/// A dead letter in full: every column, payload and headers pretty-printed, the whole
+/// last_error, and its requeue history.
 ///
 /// Example: outboxctl dead show 4711
+#[derive(Debug, Args)]
+pub struct DeadShowArgs {
+    #[command(flatten)]
+    pub show: ShowArgs,
+}
+
+/// Any event in full, whatever its state: every column, payload and headers pretty-printed, the
+/// whole last_error, and its requeue history.
+///
+/// Example: outboxctl events show 4711 --json
+#[derive(Debug, Args)]
+pub struct EventsShowArgs {
+    #[command(flatten)]
+    pub show: ShowArgs,
+}
+
+/// What `dead show` and `events show` take.
 #[derive(Debug, Args)]
 pub struct ShowArgs {
     #[command(flatten)]
@@ -485,7 +512,7 @@ pub struct DeadDiscardArgs {
     pub filter: FilterArgs,
 
     /// Every dead-lettered event (no filter).
-    #[arg(long, env = "OUTBOXCTL_DISCARD_ALL")]
+    #[arg(long, env = "OUTBOXCTL_DISCARD_ALL", value_parser = FalseyValueParser::new())]
     pub all: bool,
 
     /// At most this many events, the most recently dead-lettered first.
@@ -497,11 +524,67 @@ pub struct DeadDiscardArgs {
     pub batch_size: u32,
 
     /// List what would be discarded; change nothing.
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
     pub dry_run: bool,
 
     #[command(flatten)]
     pub confirm: ConfirmArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune.
+///
+/// Runs in a scratch schema on the target server and drops it afterwards. The drain runs this
+/// binary's own `relay --once --sink null` processes; latency runs the daemon loop in process.
+/// Sizes are flags so a smoke run takes seconds.
+///
+/// Example: outboxctl bench --events 200000 --relays 2 --json
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// Events in the backlog for publish and drain.
+    #[arg(long, env = "OUTBOXCTL_BENCH_EVENTS", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub events: u64,
+
+    /// Rows per claim.
+    #[arg(long, env = "OUTBOXCTL_BENCH_BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=50_000))]
+    pub batch_size: u32,
+
+    /// Relay processes draining at once (and connections for the SQL ceiling).
+    #[arg(long, env = "OUTBOXCTL_BENCH_RELAYS", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub relays: u32,
+
+    /// Publishes in flight per relay.
+    #[arg(long, env = "OUTBOXCTL_BENCH_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+
+    /// Relay mode to measure (auto means tx here: the null sink is local).
+    #[arg(long, env = "OUTBOXCTL_BENCH_MODE", value_enum, default_value_t = RelayMode::Tx)]
+    pub mode: RelayMode,
+
+    /// Offered rate for the latency test, events/s.
+    #[arg(long, env = "OUTBOXCTL_BENCH_RATE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rate: u32,
+
+    /// How long the latency test offers load.
+    #[arg(long, env = "OUTBOXCTL_BENCH_LATENCY_DURATION", default_value = "5s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub latency_duration: Duration,
+
+    /// Delayed events for the lateness test.
+    #[arg(long, env = "OUTBOXCTL_BENCH_DELAYED_EVENTS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub delayed_events: u64,
+
+    /// Published rows for the prune test (0 skips it).
+    #[arg(long, env = "OUTBOXCTL_BENCH_PRUNE_ROWS", default_value_t = 100_000)]
+    pub prune_rows: u64,
+
+    /// Keep the scratch schema afterwards (for EXPLAIN and poking around).
+    #[arg(long, env = "OUTBOXCTL_BENCH_KEEP_SCHEMA")]
+    pub keep_schema: bool,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -573,7 +656,7 @@ pub struct RequeueArgs {
     pub filter: FilterArgs,
 
     /// Every dead-lettered event (no filter).
-    #[arg(long, env = "OUTBOXCTL_REQUEUE_ALL")]
+    #[arg(long, env = "OUTBOXCTL_REQUEUE_ALL", value_parser = FalseyValueParser::new())]
     pub all: bool,
 
     /// At most this many events, the most recently dead-lettered first.
@@ -582,7 +665,7 @@ pub struct RequeueArgs {
 
     /// Keep attempt_count instead of resetting it to 0 (the relay then dead-letters the event
     /// again after one more failure).
-    #[arg(long, env = "OUTBOXCTL_KEEP_ATTEMPTS")]
+    #[arg(long, env = "OUTBOXCTL_KEEP_ATTEMPTS", value_parser = FalseyValueParser::new())]
     pub keep_attempts: bool,
 
     /// Make the events due this long from now (database clock) instead of now, e.g. 10m.
@@ -598,7 +681,7 @@ pub struct RequeueArgs {
     pub batch_size: u32,
 
     /// List exactly what would be requeued; change nothing.
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
     pub dry_run: bool,
 
     #[command(flatten)]
@@ -621,7 +704,7 @@ pub struct EventsArgs {
 pub enum EventsCommand {
     #[command(visible_alias = "ls")]
     List(EventsListArgs),
-    Show(ShowArgs),
+    Show(EventsShowArgs),
     Cancel(CancelArgs),
     Reschedule(RescheduleArgs),
 }
@@ -686,11 +769,11 @@ pub struct CancelArgs {
     pub ids: Vec<i64>,
 
     /// Also cancel in-flight (leased) events; see above for what that means.
-    #[arg(long, env = "OUTBOXCTL_CANCEL_FORCE")]
+    #[arg(long, env = "OUTBOXCTL_CANCEL_FORCE", value_parser = FalseyValueParser::new())]
     pub force: bool,
 
     /// Show what would be cancelled or refused; change nothing.
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
     pub dry_run: bool,
 
     #[command(flatten)]
@@ -732,7 +815,7 @@ pub struct RescheduleArgs {
     pub delay: Option<Duration>,
 
     /// Show what would be moved or refused; change nothing.
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
     pub dry_run: bool,
 
     #[command(flatten)]
@@ -800,7 +883,7 @@ pub struct PruneArgs {
     pub max_batches: Option<u64>,
 
     /// Count what would be deleted; delete nothing (takes no lock).
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN")]
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
     pub dry_run: bool,
 
     #[command(flatten)]

@@ -64,6 +64,14 @@ impl DbConfig {
     pub fn from_args(args: &DatabaseArgs) -> Result<Self, CodedError> {
         let schema = Schema::parse(&args.schema)?;
         let options = match args.database_url.as_deref().map(str::trim) {
+            // Like libpq, only postgres:// and postgresql:// URLs. sqlx would take any scheme and
+            // read e.g. `user:secret@host` as a path, i.e. a database named after the password.
+            Some(url) if !url.is_empty() && !is_postgres_url(url) => {
+                return Err(CodedError::usage(format!(
+                    "invalid --database-url/DATABASE_URL `{}`: it must start with postgres:// or postgresql://",
+                    redact_url(url)
+                )))
+            }
             Some(url) if !url.is_empty() => PgConnectOptions::from_str(url).map_err(|e| {
                 CodedError::usage(format!(
                     "invalid --database-url/DATABASE_URL `{}`: {}",
@@ -93,10 +101,16 @@ impl DbConfig {
     }
 }
 
-/// The URL with any password replaced by `***`; an unparsable URL is shown only by its scheme.
+fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// The URL with any password replaced by `***`; an unparsable URL, or one that is not a
+/// postgres:// URL (where a password cannot be told apart from the rest), is shown only by its
+/// scheme.
 pub fn redact_url(url: &str) -> String {
     match url::Url::parse(url) {
-        Ok(mut u) => {
+        Ok(mut u) if is_postgres_url(url) => {
             if u.password().is_some() {
                 let _ = u.set_password(Some("***"));
             }
@@ -120,7 +134,7 @@ pub fn redact_url(url: &str) -> String {
             }
             u.to_string()
         }
-        Err(_) => match url.split_once("://") {
+        _ => match url.split_once("://") {
             Some((scheme, _)) => format!("{scheme}://…"),
             None => "…".to_owned(),
         },
@@ -179,6 +193,8 @@ mod tests {
         );
         assert!(!redact_url("postgres://db/app?password=s3cret").contains("s3cret"));
         assert_eq!(redact_url("not a url s3cret"), "…");
+        assert_eq!(redact_url("bob:s3cret@db"), "…");
+        assert_eq!(redact_url("mysql://bob:s3cret@db/app"), "mysql://…");
         assert_eq!(
             redact_text("failed for s3cret", "postgres://bob:s3cret@db/app"),
             "failed for ***"

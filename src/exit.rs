@@ -64,8 +64,14 @@ pub fn to_exit_code(code: u8) -> ExitCode {
 /// True when the error is a closed stdout (e.g. `outboxctl ... | head`): that is not a failure.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {
-        e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        let kind = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => Some(io.kind()),
+            // serde_json's error does not expose its io::Error as `source()`.
+            None => e
+                .downcast_ref::<serde_json::Error>()
+                .and_then(|j| j.io_error_kind()),
+        };
+        kind == Some(std::io::ErrorKind::BrokenPipe)
     })
 }
 

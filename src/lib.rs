@@ -43,6 +43,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Prune(args) => cmd::prune::run(args).await,
             Command::Relay(args) => cmd::relay::run(args).await,
             Command::Demo(args) => cmd::demo::run(args).await,
+            Command::Bench(args) => cmd::bench::run(args).await,
             Command::Completions(_) => unreachable!("handled above"),
         }
     })

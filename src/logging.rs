@@ -19,7 +19,7 @@ pub fn init(args: &LogArgs, daemon: bool) {
         .or_else(|_| std::env::var("RUST_LOG"))
         .ok()
         .and_then(|s| EnvFilter::try_new(s).ok())
-        .unwrap_or_else(|| EnvFilter::new(format!("outboxctl={default},warn")));
+        .unwrap_or_else(|| EnvFilter::new(format!("outboxctl={default},sqlx=error,warn")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

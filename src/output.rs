@@ -31,12 +31,19 @@ pub fn print_table(t: &Table) -> anyhow::Result<()> {
 }
 
 /// Prints a report as pretty JSON on stdout.
+///
+/// Serialized first and written after, so a closed stdout surfaces as an `io::Error` (which `main`
+/// treats as a normal exit) rather than hidden inside a `serde_json::Error`.
 pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    // Serialise first, then write: an io::Error (e.g. a broken pipe under `| head`) then stays
-    // an io::Error in the chain instead of being wrapped in a serde_json::Error.
     let mut text = serde_json::to_vec_pretty(value)?;
     text.push(b'\n');
     std::io::stdout().lock().write_all(&text)?;
+    Ok(())
+}
+
+/// Prints one line on stdout. Unlike `println!`, a closed stdout is an error to return, not a panic.
+pub fn print_line(text: impl std::fmt::Display) -> anyhow::Result<()> {
+    writeln!(std::io::stdout().lock(), "{text}")?;
     Ok(())
 }
 

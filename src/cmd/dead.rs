@@ -22,7 +22,7 @@ use crate::select::{EventFilter, Selection};
 pub async fn run(args: DeadArgs) -> anyhow::Result<u8> {
     match args.command {
         DeadCommand::List(a) => list(a).await,
-        DeadCommand::Show(a) => show(a).await,
+        DeadCommand::Show(a) => show(a.show).await,
         DeadCommand::Discard(a) => discard(a).await,
         DeadCommand::Export(a) => export(a).await,
     }
@@ -45,7 +45,7 @@ async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
             events: &rows,
         })?;
     } else if rows.is_empty() {
-        println!("no dead-lettered events match");
+        output::print_line(format_args!("no dead-lettered events match"))?;
     } else {
         view::print_dead_table(&rows)?;
         if truncated {
@@ -145,7 +145,10 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
             if !rows.is_empty() {
                 view::print_dead_table(&rows)?;
             }
-            println!("would discard {} (dry run: nothing changed)", what(n));
+            output::print_line(format_args!(
+                "would discard {} (dry run: nothing changed)",
+                what(n)
+            ))?;
         }
         return Ok(OK);
     }
@@ -169,10 +172,10 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
     if json {
         output::print_json(&report)?;
     } else {
-        println!(
+        output::print_line(format_args!(
             "{}",
             summary("discarded", &report, report.discarded.unwrap_or(0))
-        );
+        ))?;
     }
     Ok(OK)
 }

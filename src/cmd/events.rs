@@ -25,7 +25,7 @@ use crate::select::EventFilter;
 pub async fn run(args: EventsArgs) -> anyhow::Result<u8> {
     match args.command {
         EventsCommand::List(a) => list(a).await,
-        EventsCommand::Show(a) => show(a).await,
+        EventsCommand::Show(a) => show(a.show).await,
         EventsCommand::Cancel(a) => cancel(a).await,
         EventsCommand::Reschedule(a) => reschedule(a).await,
     }
@@ -80,7 +80,7 @@ async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
             events: &rows,
         })?;
     } else if rows.is_empty() {
-        println!("no events match");
+        output::print_line(format_args!("no events match"))?;
     } else {
         view::print_events_table(&rows)?;
         if truncated {
@@ -279,10 +279,10 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     if args.dry_run {
         report(&ids, &[], true)?;
         if !json {
-            println!(
+            output::print_line(format_args!(
                 "would cancel {what}: {} (dry run: nothing changed)",
                 id_list(&ids)
-            );
+            ))?;
         }
         return Ok(OK);
     }
@@ -313,7 +313,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     tx.commit().await?;
     report(&deleted, &[], false)?;
     if !json {
-        println!("cancelled {what}: {}", id_list(&deleted));
+        output::print_line(format_args!("cancelled {what}: {}", id_list(&deleted)))?;
     }
     Ok(OK)
 }
@@ -380,10 +380,10 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
         if json {
             report(&would, &[], true)?;
         } else {
-            println!(
+            output::print_line(format_args!(
                 "would reschedule {what} to {target}: {} (dry run: nothing changed)",
                 id_list(&ids)
-            );
+            ))?;
         }
         return Ok(OK);
     }
@@ -418,7 +418,10 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
             .first()
             .map(|m| view::time(m.available_at))
             .unwrap_or_default();
-        println!("rescheduled {what} to {due}: {}", id_list(&ids));
+        output::print_line(format_args!(
+            "rescheduled {what} to {due}: {}",
+            id_list(&ids)
+        ))?;
     }
     Ok(OK)
 }

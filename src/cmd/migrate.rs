@@ -39,13 +39,13 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<u8> {
             migrations,
         })?;
     } else if applied.is_empty() {
-        println!(
+        output::print_line(format_args!(
             "schema `{}` is up to date ({})",
             cfg.schema.name(),
             output::plural(migrations.len() as u64, "migration", "migrations")
-        );
+        ))?;
     } else {
-        println!(
+        output::print_line(format_args!(
             "applied {} to schema `{}`: {}",
             output::plural(applied.len() as u64, "migration", "migrations"),
             cfg.schema.name(),
@@ -54,7 +54,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<u8> {
                 .map(|v| v.to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        ))?;
     }
     Ok(crate::exit::OK)
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand. Each takes its clap arguments, resolves them into settings, acts,
 //! and returns an exit code.
 
+pub mod bench;
 pub mod completions;
 pub mod dead;
 pub mod demo;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sqlx::Connection;
 use uuid::Uuid;
@@ -51,8 +52,8 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
                     CodedError::usage(format!("cannot read --file {}: {e}", path.display()))
                 })?)
             };
-            let pool = db::pool_migrated(&cfg, 1).await?;
-            let mut conn = pool.acquire().await?;
+            let mut conn = db::connect(&cfg).await?;
+            db::ensure_migrated(&mut conn, &cfg).await?;
             publish_lines(
                 &mut conn,
                 BufReader::with_capacity(1 << 20, reader),
@@ -63,10 +64,12 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
         }
         None => {
             let event = event_from_flags(&args)?;
-            let pool = db::pool_migrated(&cfg, 1).await?;
-            let mut conn = pool.acquire().await?;
+            let mut conn = db::connect(&cfg).await?;
+            db::ensure_migrated(&mut conn, &cfg).await?;
             let started = Instant::now();
-            let rows = db::publish::insert_batch(&mut conn, std::slice::from_ref(&event)).await?;
+            let rows = db::publish::insert_batch(&mut conn, std::slice::from_ref(&event))
+                .await
+                .map_err(|e| rejected_input(e, "the event"))?;
             PublishReport {
                 inserted: rows.len() as u64,
                 duplicates: 1 - rows.len() as u64,
@@ -86,23 +89,23 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
         output::print_json(&report)?;
     } else if args.file.is_none() {
         match report.events.first() {
-            Some(e) => println!(
+            Some(e) => output::print_line(format_args!(
                 "inserted event {} (idempotency key {})",
                 e.id, e.idempotency_key
-            ),
-            None => {
-                println!("duplicate: an event with this idempotency key exists; nothing inserted")
-            }
+            ))?,
+            None => output::print_line(format_args!(
+                "duplicate: an event with this idempotency key exists; nothing inserted"
+            ))?,
         }
     } else {
         let secs = (report.elapsed_ms as f64 / 1000.0).max(0.001);
-        println!(
+        output::print_line(format_args!(
             "inserted {}, skipped {} (idempotency key exists) in {} ({:.0} events/s)",
             output::plural(report.inserted, "event", "events"),
             output::plural(report.duplicates, "duplicate", "duplicates"),
             output::human_duration(Duration::from_millis(report.elapsed_ms)),
             (report.inserted + report.duplicates) as f64 / secs
-        );
+        ))?;
     }
     Ok(crate::exit::OK)
 }
@@ -127,20 +130,30 @@ pub async fn publish_lines<R: BufRead>(
     let mut batch: Vec<NewEvent> = Vec::with_capacity(batch_size);
     let mut batch_lines: Vec<u64> = Vec::with_capacity(batch_size);
     let mut line_no = 0u64;
-    let mut buf = String::new();
+    let mut buf = Vec::new();
+    let bad_line = |line_no: u64, e: &str| {
+        CodedError::usage(format!(
+            "line {line_no}: {e}; nothing was inserted (bulk publish is all-or-nothing)"
+        ))
+    };
     loop {
         buf.clear();
         let n = reader
-            .read_line(&mut buf)
+            .read_until(b'\n', &mut buf)
             .with_context(|| format!("reading line {}; nothing was inserted", line_no + 1))?;
         let eof = n == 0;
         if !eof {
             line_no += 1;
-            let text = buf.trim();
+            let text = std::str::from_utf8(&buf)
+                .map_err(|e| bad_line(line_no, &format!("not valid UTF-8 ({e})")))?;
+            let text = if line_no == 1 {
+                text.trim_start_matches('\u{feff}')
+            } else {
+                text
+            };
+            let text = text.trim();
             if !text.is_empty() {
-                let event = parse_line(text).map_err(|e| {
-                    CodedError::usage(format!("line {line_no}: {e}; nothing was inserted (bulk publish is all-or-nothing)"))
-                })?;
+                let event = parse_line(text).map_err(|e| bad_line(line_no, &e))?;
                 batch.push(event);
                 batch_lines.push(line_no);
             }
@@ -148,11 +161,9 @@ pub async fn publish_lines<R: BufRead>(
         if batch.len() >= batch_size || (eof && !batch.is_empty()) {
             let rows = db::publish::insert_batch(&mut tx, &batch)
                 .await
-                .with_context(|| {
-                    format!(
-                        "inserting lines {}-{}; nothing was inserted",
-                        batch_lines[0], line_no
-                    )
+                .map_err(|e| {
+                    rejected_input(e, &format!("lines {}-{}", batch_lines[0], line_no))
+                        .context("nothing was inserted (bulk publish is all-or-nothing)")
                 })?;
             report.inserted += rows.len() as u64;
             report.duplicates += (batch.len() - rows.len()) as u64;
@@ -190,14 +201,36 @@ pub async fn publish_lines<R: BufRead>(
     Ok(report)
 }
 
+/// A failed insert. A data exception (SQLSTATE class 22, e.g. a number PostgreSQL's jsonb cannot
+/// hold) is bad input, exit 2; anything else is a database failure.
+fn rejected_input(err: sqlx::Error, what: &str) -> anyhow::Error {
+    let data_exception = err
+        .as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c.starts_with("22"));
+    if data_exception {
+        CodedError::usage(format!("PostgreSQL rejected {what}: {err}")).into()
+    } else {
+        anyhow::Error::new(err).context(format!("inserting {what}"))
+    }
+}
+
+const EXPECTING: &str =
+    "expected a JSON object with event_type, aggregate_type, aggregate_id and payload";
+
 /// One JSON line of bulk input. Keys are the outbox column names.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a JSON object with event_type, aggregate_type, aggregate_id and payload"
+)]
 struct Line {
     event_type: String,
     aggregate_type: String,
-    aggregate_id: StringOrInt,
-    payload: Value,
+    #[serde(deserialize_with = "string_or_integer")]
+    aggregate_id: String,
+    /// Kept as the text it was given: PostgreSQL parses it, so numbers keep their precision.
+    payload: Box<RawValue>,
     #[serde(default)]
     tenant_id: Option<String>,
     #[serde(default)]
@@ -210,20 +243,45 @@ struct Line {
     delay: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum StringOrInt {
-    S(String),
-    I(i64),
+/// `aggregate_id` may be given as a JSON string or integer.
+fn string_or_integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match Value::deserialize(d)? {
+        Value::String(s) => Ok(s),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
+        other => Err(serde::de::Error::custom(format!(
+            "aggregate_id must be a string or an integer, not {other}"
+        ))),
+    }
+}
+
+/// A serde_json error without its position "at line 1 column N": the input is one line, whose
+/// number the caller reports, so only the column is kept.
+fn json_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&position) {
+        Some(msg) if e.line() == 1 => format!("{msg} (column {})", e.column()),
+        _ => text,
+    }
 }
 
 /// Parses and validates one line of bulk input.
 pub fn parse_line(text: &str) -> Result<NewEvent, String> {
+    // serde would read a JSON array as the struct's fields in order; only objects are lines.
+    if !text.starts_with('{') {
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+            Ok(_) => format!(
+                "{EXPECTING}, not `{}`",
+                text.chars().take(40).collect::<String>()
+            ),
+            Err(e) => format!("invalid JSON: {}", json_error(&e)),
+        });
+    }
     let line: Line = serde_json::from_str(text).map_err(|e| {
         if e.is_data() {
-            format!("{e}")
+            json_error(&e)
         } else {
-            format!("invalid JSON: {e}")
+            format!("invalid JSON: {}", json_error(&e))
         }
     })?;
     if line.available_at.is_some() && line.delay.is_some() {
@@ -243,16 +301,12 @@ pub fn parse_line(text: &str) -> Result<NewEvent, String> {
                 .and_then(micros)
         })
         .transpose()?;
-    let aggregate_id = match line.aggregate_id {
-        StringOrInt::S(s) => s,
-        StringOrInt::I(i) => i.to_string(),
-    };
     build(
         &line.event_type,
         &line.aggregate_type,
-        &aggregate_id,
+        &line.aggregate_id,
         line.tenant_id.as_deref(),
-        line.payload,
+        &line.payload,
         line.headers.unwrap_or_default(),
         line.idempotency_key,
         available_at,
@@ -270,7 +324,7 @@ fn build(
     aggregate_type: &str,
     aggregate_id: &str,
     tenant: Option<&str>,
-    payload: Value,
+    payload: &RawValue,
     headers: Map<String, Value>,
     idempotency_key: Option<String>,
     available_at: Option<chrono::DateTime<chrono::Utc>>,
@@ -284,6 +338,21 @@ fn build(
         if value.trim().is_empty() {
             return Err(format!("{name} must not be empty"));
         }
+        if value.contains('\0') {
+            return Err(format!("{name} {NUL}"));
+        }
+    }
+    if let Some(k) = idempotency_key.as_deref().filter(|k| k.contains('\0')) {
+        return Err(format!("idempotency_key `{}` {NUL}", k.escape_debug()));
+    }
+    if let Some((k, _)) = headers
+        .iter()
+        .find(|(k, v)| k.contains('\0') || v.as_str().is_some_and(|v| v.contains('\0')))
+    {
+        return Err(format!("header `{}` {NUL}", k.escape_debug()));
+    }
+    if has_nul(payload.get()) {
+        return Err(format!("payload {NUL}"));
     }
     let tenant_id = match tenant {
         None => DEFAULT_TENANT,
@@ -304,12 +373,28 @@ fn build(
         aggregate_type: aggregate_type.to_owned(),
         aggregate_id: aggregate_id.to_owned(),
         event_type: event_type.to_owned(),
-        payload,
+        payload: payload.get().to_owned(),
         headers: Value::Object(headers),
         idempotency_key,
         available_at,
         delay_micros,
     })
+}
+
+const NUL: &str = "contains a NUL character (\\u0000), which PostgreSQL cannot store";
+
+/// Whether JSON text holds a string (or key) with a NUL character: PostgreSQL's jsonb rejects it.
+fn has_nul(json: &str) -> bool {
+    fn walk(v: &Value) -> bool {
+        match v {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(a) => a.iter().any(walk),
+            Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || walk(v)),
+            _ => false,
+        }
+    }
+    // A NUL can only be written as the escape \u0000; only then is the text worth parsing.
+    json.contains("\\u0000") && serde_json::from_str::<Value>(json).is_ok_and(|v| walk(&v))
 }
 
 /// The single event described by the flags.
@@ -320,7 +405,7 @@ fn event_from_flags(args: &PublishArgs) -> Result<NewEvent, CodedError> {
             .map_err(|e| CodedError::usage(format!("cannot read --payload file {path}: {e}")))?,
         None => raw.to_owned(),
     };
-    let payload: Value = serde_json::from_str(&text)
+    let payload: Box<RawValue> = serde_json::from_str(&text)
         .map_err(|e| CodedError::usage(format!("--payload is not valid JSON: {e}")))?;
     let mut headers = Map::new();
     for h in &args.headers {
@@ -340,7 +425,7 @@ fn event_from_flags(args: &PublishArgs) -> Result<NewEvent, CodedError> {
         args.aggregate_type.as_deref().unwrap_or_default(),
         args.aggregate_id.as_deref().unwrap_or_default(),
         args.tenant.as_deref(),
-        payload,
+        &payload,
         headers,
         args.idempotency_key.clone(),
         args.at,
@@ -404,11 +489,46 @@ mod tests {
                 r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload":1,"delay":"1s","available_at":"2026-01-01T00:00:00Z"}"#,
                 "not both",
             ),
+            (r#"["a","o","1",1]"#, "expected a JSON object"),
+            ("hello", "invalid JSON: expected value (column 1)"),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1"}"#,
+                "missing field `payload` (column 58)",
+            ),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":true,"payload":1}"#,
+                "aggregate_id must be a string or an integer, not true",
+            ),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload":{"k\u0000":1}}"#,
+                "payload contains a NUL character",
+            ),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"\u0000","payload":1}"#,
+                "aggregate_id contains a NUL character",
+            ),
+            (
+                r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload":1,"headers":{"h":"\u0000"}}"#,
+                "header `h` contains a NUL character",
+            ),
         ];
         for (line, want) in cases {
             let err = parse_line(line).unwrap_err();
             assert!(err.contains(want), "{line}: {err}");
         }
+    }
+
+    #[test]
+    fn payload_text_is_kept_as_given() {
+        let e = parse_line(
+            r#"{"event_type":"a","aggregate_type":"o","aggregate_id":"1","payload": {"n": 123456789012345678901234567890.10, "s": "\\u0000"} }"#,
+        )
+        .unwrap();
+        // An escaped backslash before u0000 is not a NUL.
+        assert_eq!(
+            e.payload,
+            r#"{"n": 123456789012345678901234567890.10, "s": "\\u0000"}"#
+        );
     }
 
     #[test]

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::Connection;
 
 use crate::cli::{StatsArgs, StatsBy};
 use crate::config::DbConfig;
@@ -57,10 +56,7 @@ pub async fn collect(
         Some(StatsBy::Tenant) => GroupBy::Tenant,
         Some(StatsBy::AggregateType) => GroupBy::AggregateType,
     };
-    let mut tx = conn.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = db::stats::snapshot(conn).await?;
     let now = db::stats::now(&mut tx).await?;
     let pending = db::stats::pending(&mut tx, group).await?;
     let dead = db::stats::dead(&mut tx, group).await?;
@@ -126,8 +122,8 @@ pub async fn collect(
 
 pub async fn run(args: StatsArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    let mut conn = pool.acquire().await?;
+    let mut conn = db::connect(&cfg).await?;
+    db::ensure_migrated(&mut conn, &cfg).await?;
     let report = collect(&mut conn, cfg.schema.name(), args.by).await?;
     if args.output.json {
         output::print_json(&report)?;
@@ -181,7 +177,7 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
         &r.total,
     ));
     output::print_table(&t)?;
-    println!(
+    output::print_line(format_args!(
         "throughput {:.1}/s over the last minute; next scheduled event {}; ~{} rows in table",
         r.throughput_per_second,
         r.total
@@ -189,6 +185,6 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
             .map(|t| t.to_rfc3339())
             .unwrap_or_else(|| "none".into()),
         r.table_rows_estimate
-    );
+    ))?;
     Ok(())
 }

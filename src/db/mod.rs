@@ -101,9 +101,12 @@ pub async fn drop_schema(
 }
 
 /// Fails with a clear message when the schema has no outbox table.
-pub async fn ensure_migrated(pool: &PgPool, cfg: &DbConfig) -> anyhow::Result<()> {
+pub async fn ensure_migrated<'e>(
+    exec: impl sqlx::PgExecutor<'e>,
+    cfg: &DbConfig,
+) -> anyhow::Result<()> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox') IS NOT NULL")
-        .fetch_one(pool)
+        .fetch_one(exec)
         .await?;
     if !exists {
         anyhow::bail!(
@@ -142,4 +145,17 @@ pub async fn pool_for_relay(
             })
         })
         .connect_lazy_with(cfg.options.clone()))
+}
+
+/// Deletes one batch of published rows (seed 000's prune shape), for `bench`.
+pub async fn prune_batch_for_bench(conn: &mut PgConnection, batch: i64) -> sqlx::Result<u64> {
+    Ok(sqlx::query(
+        "DELETE FROM outbox WHERE ctid IN (
+            SELECT ctid FROM outbox WHERE published_at < now() - interval '7 days' ORDER BY published_at LIMIT $1)
+           AND published_at < now() - interval '7 days'",
+    )
+    .bind(batch)
+    .execute(conn)
+    .await?
+    .rows_affected())
 }

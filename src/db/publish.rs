@@ -12,7 +12,8 @@ pub struct NewEvent {
     pub aggregate_type: String,
     pub aggregate_id: String,
     pub event_type: String,
-    pub payload: Value,
+    /// JSON text, validated; PostgreSQL parses it, so numbers keep their precision.
+    pub payload: String,
     pub headers: Value,
     pub idempotency_key: String,
     /// Absolute due time; wins over `delay_micros`.
@@ -49,7 +50,7 @@ pub async fn insert_batch(
         agg_type.push(e.aggregate_type.as_str());
         agg_id.push(e.aggregate_id.as_str());
         ev_type.push(e.event_type.as_str());
-        payload.push(&e.payload);
+        payload.push(e.payload.as_str());
         headers.push(&e.headers);
         key.push(e.idempotency_key.as_str());
         at.push(e.available_at);
@@ -58,9 +59,9 @@ pub async fn insert_batch(
     sqlx::query_as(
         "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
                              idempotency_key, available_at)
-         SELECT t, agt, agi, et, p, h, k,
+         SELECT t, agt, agi, et, p::jsonb, h, k,
                 coalesce(av, now() + coalesce(d, 0) * interval '1 microsecond')
-           FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[],
+           FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
                        $7::text[], $8::timestamptz[], $9::bigint[])
                 AS u(t, agt, agi, et, p, h, k, av, d)
          ON CONFLICT (idempotency_key) DO NOTHING

@@ -3,7 +3,7 @@
 //! (`outbox_published_at_idx`). None scans published history.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection, Postgres, Transaction};
 
 /// Which column a breakdown groups by. The column names are fixed here, never taken from input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,11 +15,23 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
+    /// The group's key as text.
     fn expr(self) -> &'static str {
         match self {
             GroupBy::None => "''",
             GroupBy::EventType => "event_type",
             GroupBy::Tenant => "tenant_id::text",
+            GroupBy::AggregateType => "aggregate_type",
+        }
+    }
+
+    /// What to group by: the column itself, so a uuid is cast to text once per group rather than
+    /// once per row.
+    fn group(self) -> &'static str {
+        match self {
+            GroupBy::None => "1",
+            GroupBy::EventType => "event_type",
+            GroupBy::Tenant => "tenant_id",
             GroupBy::AggregateType => "aggregate_type",
         }
     }
@@ -37,23 +49,50 @@ pub struct PendingRow {
     pub next_due_at: Option<DateTime<Utc>>,
 }
 
+/// Starts the read-only snapshot the figures are read in, so they agree with each other.
+///
+/// JIT is off for it: on a big backlog the planner's cost of the pending scan passes
+/// `jit_above_cost`, and compiling the expressions then takes longer than the whole scan.
+pub async fn snapshot(conn: &mut PgConnection) -> sqlx::Result<Transaction<'_, Postgres>> {
+    let mut tx = conn.begin().await?;
+    sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL jit = off")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
+/// Every statement the figures are read with, by name (for EXPLAIN in tests and benchmarks).
+pub fn statements(by: GroupBy) -> [(&'static str, String); 3] {
+    [
+        ("pending", pending_sql(by)),
+        ("dead", dead_sql(by)),
+        ("published_recent", published_recent_sql(by)),
+    ]
+}
+
 pub async fn pending(conn: &mut PgConnection, by: GroupBy) -> sqlx::Result<Vec<PendingRow>> {
-    let sql = format!(
+    sqlx::query_as(&pending_sql(by)).fetch_all(conn).await
+}
+
+/// Pending rows (the partial `outbox_ready_idx`), split into ready, scheduled and leased.
+pub fn pending_sql(by: GroupBy) -> String {
+    // Leased: locked_until >= now(). Ready: due and not leased. Scheduled: not due, not leased.
+    format!(
         "SELECT {key} AS key,
-                count(*) FILTER (WHERE ready) AS ready,
-                count(*) FILTER (WHERE NOT leased AND available_at > now()) AS scheduled,
-                count(*) FILTER (WHERE leased) AS in_flight,
-                min(available_at) FILTER (WHERE ready) AS oldest_ready_available_at,
-                min(created_at) FILTER (WHERE ready) AS oldest_ready_created_at,
-                min(available_at) FILTER (WHERE NOT leased AND available_at > now()) AS next_due_at
-           FROM (SELECT *, coalesce(locked_until >= now(), false) AS leased,
-                        available_at <= now() AND coalesce(locked_until < now(), true) AS ready
-                   FROM outbox
-                  WHERE published_at IS NULL AND dead_lettered_at IS NULL) p
-          GROUP BY 1",
-        key = by.expr()
-    );
-    sqlx::query_as(&sql).fetch_all(conn).await
+                count(*) FILTER (WHERE {due} AND {free}) AS ready,
+                count(*) FILTER (WHERE NOT {due} AND {free}) AS scheduled,
+                count(*) FILTER (WHERE locked_until >= now()) AS in_flight,
+                min(available_at) FILTER (WHERE {due} AND {free}) AS oldest_ready_available_at,
+                min(created_at) FILTER (WHERE {due} AND {free}) AS oldest_ready_created_at,
+                min(available_at) FILTER (WHERE NOT {due} AND {free}) AS next_due_at
+           FROM outbox
+          WHERE published_at IS NULL AND dead_lettered_at IS NULL
+          GROUP BY {group}",
+        key = by.expr(),
+        group = by.group(),
+        due = "available_at <= now()",
+        free = "(locked_until IS NULL OR locked_until < now())",
+    )
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -65,24 +104,36 @@ pub struct CountRow {
 
 /// Dead-lettered rows per group (`a`; `b` is 0).
 pub async fn dead(conn: &mut PgConnection, by: GroupBy) -> sqlx::Result<Vec<CountRow>> {
-    let sql = format!(
+    sqlx::query_as(&dead_sql(by)).fetch_all(conn).await
+}
+
+/// Dead letters (the partial `outbox_dead_idx`).
+pub fn dead_sql(by: GroupBy) -> String {
+    format!(
         "SELECT {key} AS key, count(*) AS a, 0::bigint AS b
-           FROM outbox WHERE dead_lettered_at IS NOT NULL GROUP BY 1",
-        key = by.expr()
-    );
-    sqlx::query_as(&sql).fetch_all(conn).await
+           FROM outbox WHERE dead_lettered_at IS NOT NULL GROUP BY {group}",
+        key = by.expr(),
+        group = by.group()
+    )
 }
 
 /// Published in the last minute (`a`) and hour (`b`) per group.
 pub async fn published_recent(conn: &mut PgConnection, by: GroupBy) -> sqlx::Result<Vec<CountRow>> {
-    let sql = format!(
+    sqlx::query_as(&published_recent_sql(by))
+        .fetch_all(conn)
+        .await
+}
+
+/// The last hour of `outbox_published_at_idx`.
+pub fn published_recent_sql(by: GroupBy) -> String {
+    format!(
         "SELECT {key} AS key,
                 count(*) FILTER (WHERE published_at > now() - interval '1 minute') AS a,
                 count(*) AS b
-           FROM outbox WHERE published_at > now() - interval '1 hour' GROUP BY 1",
-        key = by.expr()
-    );
-    sqlx::query_as(&sql).fetch_all(conn).await
+           FROM outbox WHERE published_at > now() - interval '1 hour' GROUP BY {group}",
+        key = by.expr(),
+        group = by.group()
+    )
 }
 
 /// The planner's estimate of the table's row count (free: no scan).

@@ -77,6 +77,17 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// Runs a query returning one row.
+    pub async fn row<T>(&self, sql: &str) -> T
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        sqlx::query_as(sql)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     pub async fn exec(&self, sql: &str) {
         sqlx::raw_sql(sql)
             .execute(&self.pool)

@@ -1,5 +1,7 @@
 //! The one integration test binary: real PostgreSQL, the real `outboxctl` binary, real sinks.
 
+mod bench;
+mod cli;
 mod common;
 mod dead;
 mod events;
@@ -8,5 +10,8 @@ mod http_server;
 mod http_sink;
 mod migrate;
 mod prune;
+mod publish;
 mod relay;
 mod requeue;
+mod snapshots;
+mod stats;

@@ -645,3 +645,66 @@ fn client_ports(child: &std::process::Child) -> Vec<i32> {
     }
     ports
 }
+
+#[tokio::test]
+async fn once_honours_max_events_and_rejects_bad_settings() {
+    let db = TestDb::new().await;
+    db.seed_ready(1000).await;
+    let out = db
+        .cmd()
+        .args([
+            "relay",
+            "--once",
+            "--sink",
+            "null",
+            "--batch-size",
+            "100",
+            "--max-events",
+            "250",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["published"], 250);
+    let published: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+        .await;
+    assert_eq!(published, 250, "stopped at --max-events");
+
+    for (args, want) in [
+        (
+            vec!["--lease", "10s", "--publish-timeout", "10s"],
+            "must be shorter than --lease",
+        ),
+        (vec!["--sink", "kafka://x"], "invalid --sink"),
+        (
+            vec!["--sink", "http://x", "--signing-secret-env", "NOPE_NOT_SET"],
+            "NOPE_NOT_SET",
+        ),
+        (
+            vec!["--backoff-base", "10m", "--backoff-max", "1m"],
+            "--backoff-base",
+        ),
+        (vec!["--lease", "0s"], "greater than zero"),
+    ] {
+        let out = db
+            .cmd()
+            .args(["relay", "--once"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.lines().next().unwrap().starts_with("error: ")
+                && err.lines().next().unwrap().contains(want),
+            "{args:?}: {err}"
+        );
+    }
+    let published: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+        .await;
+    assert_eq!(published, 250, "bad settings changed nothing");
+}

@@ -1,0 +1,691 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_outboxctl_global_optspecs
+    string join \n v/verbose q/quiet log-format= h/help V/version
+end
+
+function __fish_outboxctl_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_outboxctl_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_outboxctl_using_subcommand
+    set -l cmd (__fish_outboxctl_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "migrate" -d 'Create or upgrade the outbox schema (safe when several replicas run it at once)'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "publish" -d 'Insert events: one from flags, or many from a JSON-lines file'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "relay" -d 'Relay ready events to a sink: `--once` for cron, or as a daemon'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "stats" -d 'Backlog, lag, in-flight, dead letters and throughput'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "dead" -d 'Dead letters: list, show, discard and export events the relay gave up on'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "dlq" -d 'Dead letters: list, show, discard and export events the relay gave up on'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "requeue" -d 'Send dead-lettered events again, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "events" -d 'Any event, in any state: list, show, cancel and reschedule'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "event" -d 'Any event, in any state: list, show, cancel and reschedule'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "prune" -d 'Delete published events past their retention, in short batches (for cron)'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "bench" -d 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l status -l dry-run -d 'List applied and pending migrations; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s f -l file -d 'Bulk mode: a JSON-lines file (`-` for stdin). Keys per line: event_type, aggregate_type, aggregate_id, payload, and optionally tenant_id, headers, idempotency_key, available_at (RFC 3339) or delay (e.g. "5m")' -r -F
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l event-type -d 'Event type, e.g. order.placed' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l aggregate-type -d 'Aggregate type, e.g. order' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l aggregate-id -d 'Aggregate id, e.g. 42' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l tenant -d 'Tenant uuid [default: 00000000-0000-0000-0000-000000000000, the nil uuid]' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l payload -d 'Payload as JSON, or @PATH to read it from a file' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l header -d 'A header to store with the event (repeatable): --header schema-version=1' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l idempotency-key -d 'Idempotency key [default: a fresh random uuid, so every call inserts a new event]' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l delay -d 'Deliver no earlier than this long from now (database clock), e.g. 5m' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l at -d 'Deliver no earlier than this time (RFC 3339, e.g. 2026-12-01T09:00:00Z)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l batch-size -d 'Rows per INSERT statement in bulk mode' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l sink -d 'Where to publish: stdout, null, file:PATH, http(s)://URL' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l mode -d 'How claims are settled. `lease`: claim commits a lease, publish runs outside any transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and mark in one short transaction (fast local sinks; fewer writes per event). `auto`: tx for stdout, file and null, lease otherwise' -r -f -a "auto\t''
+lease\t''
+tx\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l batch-size -d 'Rows claimed per batch' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l concurrency -d 'Publishes in flight at once within a batch' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l lease -d 'How long a claim is held before another relay may take the row' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l publish-timeout -d 'Timeout of one publish; must be shorter than --lease [default: half the lease]' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l max-attempts -d 'Attempts before a row is dead-lettered' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l backoff-base -d 'Backoff after the first failure; doubles per attempt, with jitter' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l backoff-max -d 'Upper bound of the backoff' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l poll-interval -d 'Daemon: look for work at least this often even without a notification' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l shutdown-timeout -d 'On SIGTERM/SIGINT, wait this long for in-flight publishes before giving up on them' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l max-events -d 'With --once: stop after about this many events' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l max-duration -d 'With --once: stop claiming after this long' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l http-header -d 'Extra HTTP header for the http sink (repeatable). Placeholders: {id}, {idempotency_key}, {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}. E.g. --http-header \'Upstash-Deduplication-Id: {idempotency_key}\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l signing-secret-env -d 'Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable: `whsec_...`, or two separated by a space during rotation. The secret itself never goes on the command line' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l async-commit -d 'Let the relay\'s own session commit asynchronously (synchronous_commit=off). A mark lost in a server crash only causes a re-publish with the same dedup id' -r -f -a "true\t''
+false\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l once -d 'Drain what is ready now, print a summary, exit'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l by -d 'Break the figures down by a column' -r -f -a "event-type\t''
+tenant\t''
+aggregate-type\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "ls" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "show" -d 'A dead letter in full: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "discard" -d 'Delete dead-lettered events, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "rm" -d 'Delete dead-lettered events, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "export" -d 'Write dead-lettered events as JSON lines, to fix offline and re-publish with `publish --file`'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l limit -d 'Show at most this many events (a note on stderr says when more match)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l limit -d 'Show at most this many events (a note on stderr says when more match)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l batch-size -d 'Rows deleted per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l all -d 'Every dead-lettered event (no filter)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l dry-run -d 'List what would be discarded; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l batch-size -d 'Rows deleted per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l all -d 'Every dead-lettered event (no filter)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l dry-run -d 'List what would be discarded; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l format -d '`publish`: the keys `publish --file` accepts. `full`: every column (id, attempts, last_error, times...), for analysis; not accepted by `publish`' -r -f -a "publish\t''
+full\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from help" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from help" -f -a "show" -d 'A dead letter in full: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from help" -f -a "discard" -d 'Delete dead-lettered events, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from help" -f -a "export" -d 'Write dead-lettered events as JSON lines, to fix offline and re-publish with `publish --file`'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "ls" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "show" -d 'A dead letter in full: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "discard" -d 'Delete dead-lettered events, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "rm" -d 'Delete dead-lettered events, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "export" -d 'Write dead-lettered events as JSON lines, to fix offline and re-publish with `publish --file`'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l limit -d 'Show at most this many events (a note on stderr says when more match)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l limit -d 'Show at most this many events (a note on stderr says when more match)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l batch-size -d 'Rows deleted per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l all -d 'Every dead-lettered event (no filter)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l dry-run -d 'List what would be discarded; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l batch-size -d 'Rows deleted per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l all -d 'Every dead-lettered event (no filter)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l dry-run -d 'List what would be discarded; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l format -d '`publish`: the keys `publish --file` accepts. `full`: every column (id, attempts, last_error, times...), for analysis; not accepted by `publish`' -r -f -a "publish\t''
+full\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "show" -d 'A dead letter in full: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "discard" -d 'Delete dead-lettered events, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "export" -d 'Write dead-lettered events as JSON lines, to fix offline and re-publish with `publish --file`'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l delay -d 'Make the events due this long from now (database clock) instead of now, e.g. 10m' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l reason -d 'Why, recorded in the audit table' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l batch-size -d 'Rows updated per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l all -d 'Every dead-lettered event (no filter)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l keep-attempts -d 'Keep attempt_count instead of resetting it to 0 (the relay then dead-letters the event again after one more failure)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l dry-run -d 'List exactly what would be requeued; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "list" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "ls" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l state -d 'Only events in these states (comma-separated or repeated). `pending` means ready, scheduled and in-flight. [default: all states]' -r -f -a "ready\t''
+scheduled\t''
+in-flight\t''
+published\t''
+dead\t''
+pending\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l limit -d 'Show at most this many events (a note on stderr says when more match)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l state -d 'Only events in these states (comma-separated or repeated). `pending` means ready, scheduled and in-flight. [default: all states]' -r -f -a "ready\t''
+scheduled\t''
+in-flight\t''
+published\t''
+dead\t''
+pending\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l limit -d 'Show at most this many events (a note on stderr says when more match)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l force -d 'Also cancel in-flight (leased) events; see above for what that means'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l dry-run -d 'Show what would be cancelled or refused; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l at -d 'Due at this time (RFC 3339); a past time makes them due now' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l delay -d 'Due this long from now (database clock), e.g. 30m; 0s makes them due now' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "list" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "list" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "ls" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l state -d 'Only events in these states (comma-separated or repeated). `pending` means ready, scheduled and in-flight. [default: all states]' -r -f -a "ready\t''
+scheduled\t''
+in-flight\t''
+published\t''
+dead\t''
+pending\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l limit -d 'Show at most this many events (a note on stderr says when more match)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l state -d 'Only events in these states (comma-separated or repeated). `pending` means ready, scheduled and in-flight. [default: all states]' -r -f -a "ready\t''
+scheduled\t''
+in-flight\t''
+published\t''
+dead\t''
+pending\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l limit -d 'Show at most this many events (a note on stderr says when more match)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l force -d 'Also cancel in-flight (leased) events; see above for what that means'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l dry-run -d 'Show what would be cancelled or refused; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l at -d 'Due at this time (RFC 3339); a past time makes them due now' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l delay -d 'Due this long from now (database clock), e.g. 30m; 0s makes them due now' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "list" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l older-than -d 'Delete events published more than this long ago (database clock), e.g. 7d' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l dead-older-than -d 'Also delete dead-lettered events dead for longer than this, e.g. 30d. Off by default' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l processed-older-than -d 'Also delete processed_messages rows (consumer dedup) older than this, e.g. 14d. Off by default; keep it longer than any redelivery can take' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l batch-size -d 'Rows deleted per batch (one short transaction each)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l sleep -d 'Pause between batches (throttle), e.g. 50ms' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l max-duration -d 'Start no batch after this long (the cron window), e.g. 10m' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l max-batches -d 'Stop after this many batches' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l dry-run -d 'Count what would be deleted; delete nothing (takes no lock)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l events -d 'Events in the backlog for publish and drain' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l batch-size -d 'Rows per claim' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l relays -d 'Relay processes draining at once (and connections for the SQL ceiling)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l concurrency -d 'Publishes in flight per relay' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l mode -d 'Relay mode to measure (auto means tx here: the null sink is local)' -r -f -a "auto\t''
+lease\t''
+tx\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l rate -d 'Offered rate for the latency test, events/s' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l latency-duration -d 'How long the latency test offers load' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l delayed-events -d 'Delayed events for the lateness test' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l prune-rows -d 'Published rows for the prune test (0 skips it)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l keep-schema -d 'Keep the scratch schema afterwards (for EXPLAIN and poking around)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "migrate" -d 'Create or upgrade the outbox schema (safe when several replicas run it at once)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "publish" -d 'Insert events: one from flags, or many from a JSON-lines file'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "relay" -d 'Relay ready events to a sink: `--once` for cron, or as a daemon'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "stats" -d 'Backlog, lag, in-flight, dead letters and throughput'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "dead" -d 'Dead letters: list, show, discard and export events the relay gave up on'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "requeue" -d 'Send dead-lettered events again, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "events" -d 'Any event, in any state: list, show, cancel and reschedule'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "prune" -d 'Delete published events past their retention, in short batches (for cron)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "completions" -d 'Print a shell completion script'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "bench" -d 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from dead" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from dead" -f -a "show" -d 'A dead letter in full: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from dead" -f -a "discard" -d 'Delete dead-lettered events, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from dead" -f -a "export" -d 'Write dead-lettered events as JSON lines, to fix offline and re-publish with `publish --file`'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "list" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
