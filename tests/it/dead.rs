@@ -415,3 +415,42 @@ async fn export_writes_publish_lines_that_publish_accepts_after_discard() {
         stderr(&out)
     );
 }
+
+#[tokio::test]
+async fn a_closed_stdout_is_a_normal_exit_for_the_reading_commands() {
+    use std::os::fd::OwnedFd;
+    use std::process::Stdio;
+    let db = TestDb::new().await;
+    let [d1, ..] = dead_fixture(&db).await;
+    let id = d1.to_string();
+    for args in [
+        &["dead", "list"][..],
+        &["dead", "list", "--json"],
+        &["dead", "show", &id],
+        &["dead", "export"],
+        &["dead", "export", "--format", "full"],
+        &["events", "list"],
+        &["events", "list", "--json"],
+        &["events", "show", &id, "--json"],
+        &["requeue", "--all", "--dry-run"],
+        &["dead", "discard", "--all", "--dry-run", "--json"],
+        &["prune", "--older-than", "7d", "--dry-run"],
+    ] {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        drop(ours);
+        let out = db
+            .cmd()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(OwnedFd::from(theirs)))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("error") && !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}

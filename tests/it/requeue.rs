@@ -380,3 +380,32 @@ async fn requeue_while_two_relays_run_publishes_each_requeued_event_exactly_once
         "requeued rows started again from 0 attempts and were published on the first"
     );
 }
+
+#[tokio::test]
+async fn a_schema_without_migration_3_is_told_to_migrate() {
+    let db = TestDb::new().await;
+    let d = ready(&db).await;
+    kill(&db, d, "1 minute", "boom").await;
+    db.exec("DROP TABLE outbox_requeues; DROP TABLE outbox_locks")
+        .await;
+    for args in [&["requeue", "--all"][..], &["prune", "--older-than", "7d"]] {
+        let out = run(&db, args, 1);
+        assert_eq!(
+            stderr(&out).trim(),
+            format!(
+                "error: schema `{0}` has no {1} table yet: run `outboxctl migrate --schema {0}` first",
+                db.schema,
+                if args[0] == "prune" { "prune lock" } else { "requeue audit" }
+            ),
+            "{args:?}"
+        );
+    }
+    // Reading still works, with an empty requeue history.
+    let v = run_json(&db, &["dead", "show", &d.to_string(), "--json"]);
+    assert_eq!(v["requeues"], serde_json::json!([]));
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
+            .await,
+        1
+    );
+}
