@@ -213,8 +213,10 @@ pub struct PublishArgs {
 /// 5 the sink failed every publish attempt of the run.
 ///
 /// Examples:
-///   outboxctl relay --once --sink stdout
-///   outboxctl relay --sink https://hooks.example.com/events --concurrency 32
+///
+/// outboxctl relay --once --sink stdout
+///
+/// outboxctl relay --sink https://hooks.example.com/events --concurrency 32
 #[derive(Debug, Args)]
 pub struct RelayArgs {
     #[command(flatten)]

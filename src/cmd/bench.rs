@@ -160,7 +160,7 @@ async fn bench(
 
     let prune = if args.prune_rows > 0 {
         let pb = phase(json, "prune");
-        let p = prune(conn, cfg, args.prune_rows).await?;
+        let p = prune(conn, args.prune_rows).await?;
         pb.finish_and_clear();
         Some(p)
     } else {
@@ -515,8 +515,7 @@ fn summarize(mut ms: Vec<f64>, rate: u32) -> Latency {
 }
 
 /// Prune rows/s on a table of `rows` published rows, and the longest single batch.
-async fn prune(conn: &mut sqlx::PgConnection, cfg: &DbConfig, rows: u64) -> anyhow::Result<Prune> {
-    let _ = cfg;
+async fn prune(conn: &mut sqlx::PgConnection, rows: u64) -> anyhow::Result<Prune> {
     sqlx::query("TRUNCATE outbox").execute(&mut *conn).await?;
     sqlx::query(
         "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key,
@@ -531,19 +530,23 @@ async fn prune(conn: &mut sqlx::PgConnection, cfg: &DbConfig, rows: u64) -> anyh
     sqlx::query("VACUUM ANALYZE outbox")
         .execute(&mut *conn)
         .await?;
+    // The same statement `outboxctl prune --older-than 7d` runs, batch after batch.
+    let cutoff = db::prune::cutoff(&mut *conn, 7 * 86_400 * 1_000_000).await?;
     let started = Instant::now();
     let mut deleted = 0u64;
     let mut batches = 0u64;
     let mut longest = Duration::ZERO;
+    let mut from = None;
     loop {
         let t = Instant::now();
-        let n = db::prune_batch_for_bench(&mut *conn, 5000).await?;
+        let b = db::prune::delete_published(&mut *conn, cutoff, from, 5000).await?;
         longest = longest.max(t.elapsed());
-        if n == 0 {
+        if b.deleted == 0 {
             break;
         }
-        deleted += n;
+        deleted += b.deleted;
         batches += 1;
+        from = b.next;
     }
     Ok(Prune {
         rate: Rate::new(deleted, started.elapsed()),

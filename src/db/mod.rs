@@ -146,16 +146,3 @@ pub async fn pool_for_relay(
         })
         .connect_lazy_with(cfg.options.clone()))
 }
-
-/// Deletes one batch of published rows (seed 000's prune shape), for `bench`.
-pub async fn prune_batch_for_bench(conn: &mut PgConnection, batch: i64) -> sqlx::Result<u64> {
-    Ok(sqlx::query(
-        "DELETE FROM outbox WHERE ctid IN (
-            SELECT ctid FROM outbox WHERE published_at < now() - interval '7 days' ORDER BY published_at LIMIT $1)
-           AND published_at < now() - interval '7 days'",
-    )
-    .bind(batch)
-    .execute(conn)
-    .await?
-    .rows_affected())
-}

@@ -226,13 +226,16 @@ pub async fn unclaim_tx(conn: &mut PgConnection, ids: &[i64]) -> sqlx::Result<u6
     .rows_affected())
 }
 
-/// How long until the next pending row becomes due, by the database clock: the earliest future
-/// `available_at` or lease expiry. `None` when nothing is scheduled.
+/// How long until a pending row is next claimable, by the database clock: the earliest
+/// `available_at` of an unleased pending row (zero when one is already due, e.g. a retry whose
+/// backoff ran out while the relay was busy) or the earliest lease expiry of a due row.
+/// `None` when nothing is pending.
 pub async fn next_due_in(conn: &mut PgConnection) -> sqlx::Result<Option<Duration>> {
     let secs: Option<f64> = sqlx::query_scalar(
         "SELECT extract(epoch FROM least(
                   (SELECT min(available_at) FROM outbox
-                    WHERE published_at IS NULL AND dead_lettered_at IS NULL AND available_at > now()),
+                    WHERE published_at IS NULL AND dead_lettered_at IS NULL
+                      AND (locked_until IS NULL OR locked_until < now())),
                   (SELECT min(locked_until) FROM outbox
                     WHERE published_at IS NULL AND dead_lettered_at IS NULL AND available_at <= now()
                       AND locked_until >= now())

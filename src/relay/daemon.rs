@@ -72,12 +72,12 @@ pub async fn daemon(
         if listener.is_none() {
             listener = listen(relay, &settings.channel).await;
         }
-        let full = match relay.step(relay.cfg.batch_size, shutdown).await {
+        let (full, claimed_none) = match relay.step(relay.cfg.batch_size, shutdown).await {
             Ok(r) => {
                 error_backoff.reset();
                 total.add(&r);
                 since_log.add(&r);
-                r.claimed >= u64::from(relay.cfg.batch_size)
+                (r.claimed >= u64::from(relay.cfg.batch_size), r.claimed == 0)
             }
             Err(e) => {
                 let wait = error_backoff.next();
@@ -111,10 +111,7 @@ pub async fn daemon(
                 .flatten(),
             Err(_) => None,
         };
-        // Wake a hair after the due time: the claim compares with the database clock.
-        let wait = due.map_or(settings.poll_interval, |d| {
-            (d + Duration::from_millis(1)).min(settings.poll_interval)
-        });
+        let wait = wait_time(due, claimed_none, settings.poll_interval);
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(wait) => {}
@@ -130,6 +127,18 @@ pub async fn daemon(
         }
     }
     total
+}
+
+/// How long to sleep before the next claim. A row already due that the last claim could not take
+/// is locked by another relay's open transaction (tx mode): look again shortly, without spinning.
+fn wait_time(due: Option<Duration>, claimed_none: bool, poll: Duration) -> Duration {
+    const LOCKED_RETRY: Duration = Duration::from_millis(25);
+    match due {
+        None => poll,
+        Some(d) if d.is_zero() && claimed_none => LOCKED_RETRY.min(poll),
+        // Wake a hair after the due time: the claim compares with the database clock.
+        Some(d) => (d + Duration::from_millis(1)).min(poll),
+    }
 }
 
 /// Waits for a notification. Returns false when the listener is unusable (it is then rebuilt);
@@ -173,6 +182,32 @@ async fn sleep_or_shutdown(d: Duration, shutdown: &CancellationToken) {
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = tokio::time::sleep(d) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_time_rules() {
+        let poll = Duration::from_secs(5);
+        assert_eq!(wait_time(None, true, poll), poll);
+        assert_eq!(
+            wait_time(Some(Duration::ZERO), false, poll),
+            Duration::from_millis(1),
+            "due now: claim again"
+        );
+        assert_eq!(
+            wait_time(Some(Duration::ZERO), true, poll),
+            Duration::from_millis(25),
+            "due but locked elsewhere: no spin"
+        );
+        assert_eq!(
+            wait_time(Some(Duration::from_millis(300)), true, poll),
+            Duration::from_millis(301)
+        );
+        assert_eq!(wait_time(Some(Duration::from_secs(60)), true, poll), poll);
     }
 }
 

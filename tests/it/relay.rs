@@ -708,3 +708,45 @@ async fn once_honours_max_events_and_rejects_bad_settings() {
         .await;
     assert_eq!(published, 250, "bad settings changed nothing");
 }
+
+#[tokio::test]
+async fn next_due_sees_due_rows_scheduled_rows_and_lease_expiry() {
+    let db = TestDb::new().await;
+    let mut c = db.pool.acquire().await.unwrap();
+    assert_eq!(
+        sql::next_due_in(&mut c).await.unwrap(),
+        None,
+        "nothing pending"
+    );
+    db.seed_ready(2).await;
+    db.exec("UPDATE outbox SET available_at = now() + interval '30 seconds' WHERE id = 2")
+        .await;
+    // Row 1 is due but held by another transaction (a tx-mode relay): due now, not "nothing".
+    use sqlx::Connection;
+    let mut other = db.pool.acquire().await.unwrap();
+    let mut tx = other.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM outbox WHERE id = 1 FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(
+        sql::next_due_in(&mut c).await.unwrap(),
+        Some(Duration::ZERO)
+    );
+    tx.rollback().await.unwrap();
+    // Row 1 leased for 10s: the next claimable moment is its lease expiry, before row 2's due time.
+    db.exec("UPDATE outbox SET locked_until = now() + interval '10 seconds' WHERE id = 1")
+        .await;
+    let d = sql::next_due_in(&mut c).await.unwrap().unwrap();
+    assert!(
+        d > Duration::from_secs(9) && d <= Duration::from_secs(10),
+        "{d:?}"
+    );
+    db.exec("UPDATE outbox SET published_at = now() WHERE id = 1")
+        .await;
+    let d = sql::next_due_in(&mut c).await.unwrap().unwrap();
+    assert!(
+        d > Duration::from_secs(29) && d <= Duration::from_secs(30),
+        "{d:?}"
+    );
+}
