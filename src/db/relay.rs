@@ -42,6 +42,31 @@ const READY: &str = "SELECT ctid FROM outbox
           LIMIT $1
           FOR UPDATE SKIP LOCKED";
 
+/// The lease claim: `$1` limit, `$2` lease in microseconds, `$3` claim token.
+pub fn claim_lease_sql() -> String {
+    format!(
+        "UPDATE outbox o
+            SET locked_until = now() + $2 * interval '1 microsecond',
+                attempt_count = o.attempt_count + 1,
+                claim_token = $3
+          WHERE o.ctid = ANY(ARRAY({READY}))
+          {RETURNING}"
+    )
+}
+
+/// The in-transaction claim: `$1` limit.
+pub fn claim_tx_sql() -> String {
+    format!(
+        "UPDATE outbox o
+            SET published_at = now(),
+                locked_until = NULL,
+                attempt_count = o.attempt_count + 1,
+                last_error = NULL
+          WHERE o.ctid = ANY(ARRAY({READY}))
+          {RETURNING}"
+    )
+}
+
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
@@ -54,15 +79,7 @@ pub async fn claim_lease(
     lease: Duration,
     token: Uuid,
 ) -> sqlx::Result<Vec<ClaimedRow>> {
-    let sql = format!(
-        "UPDATE outbox o
-            SET locked_until = now() + $2 * interval '1 microsecond',
-                attempt_count = o.attempt_count + 1,
-                claim_token = $3
-          WHERE o.ctid = ANY(ARRAY({READY}))
-          {RETURNING}"
-    );
-    sqlx::query_as(&sql)
+    sqlx::query_as(&claim_lease_sql())
         .bind(limit)
         .bind(micros(lease))
         .bind(token)
@@ -75,16 +92,7 @@ pub async fn claim_lease(
 /// open transaction. The caller publishes, reverts failures with [`revert_tx`], then commits; if
 /// it dies instead, the transaction rolls back and the rows are claimable again.
 pub async fn claim_tx(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<ClaimedRow>> {
-    let sql = format!(
-        "UPDATE outbox o
-            SET published_at = now(),
-                locked_until = NULL,
-                attempt_count = o.attempt_count + 1,
-                last_error = NULL
-          WHERE o.ctid = ANY(ARRAY({READY}))
-          {RETURNING}"
-    );
-    sqlx::query_as(&sql)
+    sqlx::query_as(&claim_tx_sql())
         .bind(limit)
         .persistent(true)
         .fetch_all(conn)

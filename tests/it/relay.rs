@@ -750,3 +750,41 @@ async fn next_due_sees_due_rows_scheduled_rows_and_lease_expiry() {
         "{d:?}"
     );
 }
+
+#[tokio::test]
+async fn claims_generic_plans_never_scan_the_table() {
+    // A prepared statement switches to a generic plan after five runs; with a join on `id` that
+    // plan was a hash join over a Seq Scan of the whole table (history included).
+    let db = TestDb::new().await;
+    db.seed_ready(20_000).await;
+    db.exec("UPDATE outbox SET published_at = now() WHERE id <= 15000; ANALYZE outbox")
+        .await;
+    let mut c = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *c)
+        .await
+        .unwrap();
+    for (name, sql, args) in [
+        ("claim_tx", sql::claim_tx_sql(), "(100)"),
+        (
+            "claim_lease",
+            sql::claim_lease_sql(),
+            "(100, 30000000, gen_random_uuid())",
+        ),
+    ] {
+        sqlx::raw_sql(&format!("PREPARE {name} AS {sql}"))
+            .execute(&mut *c)
+            .await
+            .unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE {name}{args}"))
+            .fetch_all(&mut *c)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("Tid Scan") && plan.contains("outbox_ready_idx"),
+            "{name}: {plan}"
+        );
+        assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
+    }
+}
