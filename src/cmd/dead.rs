@@ -34,24 +34,15 @@ async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
     check_filter(&mut conn, &filter).await?;
-    let mut rows =
+    let rows =
         db::events::list(&mut conn, Scope::Dead, &filter, None, Some(args.limit + 1)).await?;
-    let truncated = rows.len() as u64 > args.limit;
-    rows.truncate(args.limit as usize);
-    if args.output.json {
-        output::print_json(&view::EventList {
-            count: rows.len(),
-            truncated,
-            events: &rows,
-        })?;
-    } else if rows.is_empty() {
-        output::print_line(format_args!("no dead-lettered events match"))?;
-    } else {
-        view::print_dead_table(&rows)?;
-        if truncated {
-            view::note_truncated(rows.len());
-        }
-    }
+    view::print_list(
+        rows,
+        args.limit,
+        args.output.json,
+        "no dead-lettered events match",
+        view::print_dead_table,
+    )?;
     Ok(OK)
 }
 

@@ -63,7 +63,7 @@ async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
     dead::check_filter(&mut conn, &filter).await?;
-    let mut rows = db::events::list(
+    let rows = db::events::list(
         &mut conn,
         Scope::States(&states),
         &filter,
@@ -71,22 +71,13 @@ async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
         Some(args.limit + 1),
     )
     .await?;
-    let truncated = rows.len() as u64 > args.limit;
-    rows.truncate(args.limit as usize);
-    if args.output.json {
-        output::print_json(&view::EventList {
-            count: rows.len(),
-            truncated,
-            events: &rows,
-        })?;
-    } else if rows.is_empty() {
-        output::print_line(format_args!("no events match"))?;
-    } else {
-        view::print_events_table(&rows)?;
-        if truncated {
-            view::note_truncated(rows.len());
-        }
-    }
+    view::print_list(
+        rows,
+        args.limit,
+        args.output.json,
+        "no events match",
+        view::print_events_table,
+    )?;
     Ok(OK)
 }
 

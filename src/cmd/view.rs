@@ -105,6 +105,34 @@ pub fn print_events_table(rows: &[EventRow]) -> anyhow::Result<()> {
 }
 
 /// The note on stderr after a list cut short by --limit.
+/// Prints a list fetched with `limit + 1` rows: JSON, a message when empty, or the table (and a
+/// note on stderr when more rows matched than `limit`).
+pub fn print_list(
+    mut rows: Vec<EventRow>,
+    limit: u64,
+    json: bool,
+    empty: &str,
+    table: fn(&[EventRow]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let truncated = rows.len() as u64 > limit;
+    rows.truncate(limit as usize);
+    if json {
+        output::print_json(&EventList {
+            count: rows.len(),
+            truncated,
+            events: &rows,
+        })
+    } else if rows.is_empty() {
+        output::print_line(format_args!("{empty}"))
+    } else {
+        table(&rows)?;
+        if truncated {
+            note_truncated(rows.len());
+        }
+        Ok(())
+    }
+}
+
 pub fn note_truncated(shown: usize) {
     eprintln!(
         "showing the first {}; more match: raise --limit or narrow the filters",
