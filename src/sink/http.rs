@@ -29,9 +29,13 @@ pub struct HttpSink {
 
 impl HttpSink {
     pub fn new(spec: &str, opts: &SinkOptions) -> Result<Self, CodedError> {
-        let display = crate::config::redact_url(spec);
-        let url = reqwest::Url::parse(spec)
-            .map_err(|e| CodedError::usage(format!("invalid --sink `{display}`: {e}")))?;
+        let url = reqwest::Url::parse(spec).map_err(|e| {
+            CodedError::usage(format!(
+                "invalid --sink `{}`: {e}",
+                spec.split("://").next().unwrap_or("http")
+            ))
+        })?;
+        let display = display_url(&url);
         let mut extra = Vec::new();
         for h in &opts.http_headers {
             let (name, value) = h.split_once(':').ok_or_else(|| {
@@ -145,6 +149,22 @@ impl Sink for HttpSink {
     fn describe(&self) -> String {
         self.display.clone()
     }
+}
+
+/// The sink URL for logs and summaries: a password becomes `***` and the query string `?…` (query
+/// parameters often carry tokens).
+pub fn display_url(url: &reqwest::Url) -> String {
+    let mut u = url.clone();
+    if u.password().is_some() {
+        let _ = u.set_password(Some("***"));
+    }
+    let had_query = u.query().is_some();
+    u.set_query(None);
+    let mut s = u.to_string();
+    if had_query {
+        s.push_str("?…");
+    }
+    s
 }
 
 /// Maps a non-2xx status to a retryable or permanent failure.
@@ -280,6 +300,16 @@ mod tests {
         assert!(two.sign("m", 1, b"{}").split(' ').count() == 2);
         assert!(Signer::from_secrets("whsec_!!!").is_err());
         assert!(Signer::from_secrets("").is_err());
+    }
+
+    #[test]
+    fn sink_urls_are_shown_without_secrets() {
+        let u = |s: &str| display_url(&reqwest::Url::parse(s).unwrap());
+        assert_eq!(u("http://127.0.0.1:9/x"), "http://127.0.0.1:9/x");
+        assert_eq!(
+            u("https://bob:pw@hooks.example.com/in?token=abc"),
+            "https://bob:***@hooks.example.com/in?…"
+        );
     }
 
     #[test]

@@ -524,7 +524,13 @@ async fn once_exit_codes_for_unreachable_database_and_sink() {
     db.seed_ready(3).await;
     let out = db
         .cmd()
-        .args(["relay", "--once", "--sink", "http://127.0.0.1:9/x"])
+        .args([
+            "relay",
+            "--once",
+            "-vv",
+            "--sink",
+            "http://hook:s3cr3t@127.0.0.1:9/x?token=t0k3n",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
@@ -532,6 +538,27 @@ async fn once_exit_codes_for_unreachable_database_and_sink() {
         stderr(&out).contains("failed every publish"),
         "{}",
         stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("http://hook:***@127.0.0.1:9/x?…"),
+        "{}",
+        stdout(&out)
+    );
+    for secret in ["s3cr3t", "t0k3n"] {
+        assert!(
+            !stdout(&out).contains(secret) && !stderr(&out).contains(secret),
+            "{secret} leaked"
+        );
+    }
+    let errors: Vec<String> = sqlx::query_scalar("SELECT last_error FROM outbox")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        errors
+            .iter()
+            .all(|e| !e.contains("s3cr3t") && !e.contains("t0k3n")),
+        "{errors:?}"
     );
     let retried: i64 = db.scalar("SELECT count(*) FROM outbox WHERE attempt_count = 1 AND last_error LIKE 'cannot connect%' AND dead_lettered_at IS NULL").await;
     assert_eq!(retried, 3);
