@@ -64,7 +64,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l aggregat
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l aggregate-id -d 'Aggregate id, e.g. 42' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l tenant -d 'Tenant uuid [default: 00000000-0000-0000-0000-000000000000, the nil uuid]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l payload -d 'Payload as JSON, or @PATH to read it from a file' -r
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l header -d 'A header to store with the event (repeatable): --header schema-version=1' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l header -d 'A header to store with the event (repeatable): --header schema-version=1. In the environment variable, one KEY=VALUE per line' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l idempotency-key -d 'Idempotency key [default: a fresh random uuid, so every call inserts a new event]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l delay -d 'Deliver no earlier than this long from now (database clock), e.g. 5m' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l at -d 'Deliver no earlier than this time (RFC 3339, e.g. 2026-12-01T09:00:00Z)' -r
@@ -94,7 +94,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l poll-inter
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l shutdown-timeout -d 'On SIGTERM/SIGINT, wait this long for in-flight publishes before giving up on them' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l max-events -d 'With --once: stop after about this many events' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l max-duration -d 'With --once: stop claiming after this long' -r
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l http-header -d 'Extra HTTP header for the http sink (repeatable). Placeholders: {id}, {idempotency_key}, {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}. E.g. --http-header \'Upstash-Deduplication-Id: {idempotency_key}\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l http-header -d 'Extra HTTP header for the http sink (repeatable). Placeholders: {id}, {idempotency_key}, {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}. E.g. --http-header \'Upstash-Deduplication-Id: {idempotency_key}\'. In the environment variable, one header per line' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l signing-secret-env -d 'Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable: `whsec_...`, or two separated by a space during rotation. The secret itself never goes on the command line' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l async-commit -d 'Let the relay\'s own session commit asynchronously (synchronous_commit=off). A mark lost in a server crash only causes a re-publish with the same dedup id' -r -f -a "true\t''
 false\t''"

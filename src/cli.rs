@@ -178,8 +178,14 @@ pub struct PublishArgs {
     )]
     pub payload: Option<String>,
 
-    /// A header to store with the event (repeatable): --header schema-version=1.
-    #[arg(long = "header", value_name = "KEY=VALUE")]
+    /// A header to store with the event (repeatable): --header schema-version=1. In the
+    /// environment variable, one KEY=VALUE per line.
+    #[arg(
+        long = "header",
+        value_name = "KEY=VALUE",
+        env = "OUTBOXCTL_HEADERS",
+        value_delimiter = '\n'
+    )]
     pub headers: Vec<String>,
 
     /// Idempotency key [default: a fresh random uuid, so every call inserts a new event].
@@ -288,8 +294,14 @@ pub struct RelayArgs {
 
     /// Extra HTTP header for the http sink (repeatable). Placeholders: {id}, {idempotency_key},
     /// {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}.
-    /// E.g. --http-header 'Upstash-Deduplication-Id: {idempotency_key}'.
-    #[arg(long = "http-header", value_name = "NAME: VALUE")]
+    /// E.g. --http-header 'Upstash-Deduplication-Id: {idempotency_key}'. In the environment
+    /// variable, one header per line.
+    #[arg(
+        long = "http-header",
+        value_name = "NAME: VALUE",
+        env = "OUTBOXCTL_HTTP_HEADERS",
+        value_delimiter = '\n'
+    )]
     pub http_headers: Vec<String>,
 
     /// Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable:

@@ -70,8 +70,6 @@ async fn posts_signed_documents_with_dedup_id_and_templated_headers() {
         .args([
             "--http-header",
             "Upstash-Deduplication-Id: {idempotency_key}",
-            "--http-header",
-            "X-Event: {event_type}/{id}",
         ])
         .env("MY_SIGNING_SECRET", SECRET)
         .output()
@@ -99,7 +97,6 @@ async fn posts_signed_documents_with_dedup_id_and_templated_headers() {
         r.header("upstash-deduplication-id"),
         Some("order.placed:42")
     );
-    assert_eq!(r.header("x-event"), Some("order.placed/1"));
     assert_eq!(
         r.header("schema-version"),
         Some("3"),
@@ -388,5 +385,28 @@ async fn sigterm_mid_batch_settles_in_flight_and_releases_unstarted_claims() {
         (published, released),
         (2, 8),
         "in-flight settled, unstarted released for another relay"
+    );
+}
+
+#[tokio::test]
+async fn http_headers_from_the_environment_one_per_line() {
+    let db = TestDb::new().await;
+    db.seed_ready(1).await;
+    let server = TestServer::start(0, |_| (200, vec![]));
+    let out = db
+        .cmd()
+        .args(["relay", "--once", "--sink", &server.url()])
+        .env(
+            "OUTBOXCTL_HTTP_HEADERS",
+            "X-Event: {event_type}/{id}\nX-Tenant: {tenant_id}",
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got = server.accepted();
+    assert_eq!(got[0].header("x-event"), Some("order.placed/1"));
+    assert_eq!(
+        got[0].header("x-tenant"),
+        Some("00000000-0000-0000-0000-000000000001")
     );
 }
