@@ -38,7 +38,9 @@ pub async fn once(
         });
         let r = relay.step(limit, shutdown).await?;
         total.add(&r);
-        if r.claimed < u64::from(limit) {
+        // A short batch means nothing more is ready, unless some rows were given back unpublished
+        // (a slow sink ran out of lease time): those are ready again at once.
+        if r.claimed < u64::from(limit) && r.released == 0 {
             break;
         }
     }
@@ -77,7 +79,10 @@ pub async fn daemon(
                 error_backoff.reset();
                 total.add(&r);
                 since_log.add(&r);
-                (r.claimed >= u64::from(relay.cfg.batch_size), r.claimed == 0)
+                (
+                    r.claimed >= u64::from(relay.cfg.batch_size) || r.released > 0,
+                    r.claimed == 0,
+                )
             }
             Err(e) => {
                 let wait = error_backoff.next();

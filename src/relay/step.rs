@@ -65,6 +65,12 @@ impl Relay {
             timeout: self.cfg.publish_timeout,
             shutdown: shutdown.clone(),
             shutdown_grace: self.cfg.shutdown_grace,
+            // The claim is made just below; a publish started after this still ends (by its
+            // timeout) before the lease does.
+            start_by: Some(
+                tokio::time::Instant::now()
+                    + self.cfg.lease.saturating_sub(self.cfg.publish_timeout),
+            ),
         };
         match self.cfg.mode {
             Mode::Lease => self.step_lease(limit, &ctl).await,

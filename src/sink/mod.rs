@@ -59,6 +59,9 @@ pub struct PublishCtl {
     pub timeout: Duration,
     pub shutdown: CancellationToken,
     pub shutdown_grace: Duration,
+    /// Start no publish after this instant: one started later could outlive the claim (the
+    /// lease, or the tx-mode transaction's idle timeout). Such events are `NotStarted`.
+    pub start_by: Option<tokio::time::Instant>,
 }
 
 /// A destination for events.
@@ -79,8 +82,9 @@ pub trait Sink: Send + Sync {
 }
 
 /// Publishes events one by one with `publish_one`, at most `ctl.concurrency` at a time, each
-/// bounded by `ctl.timeout`. Events not started when shutdown begins are `NotStarted`; started
-/// ones get `ctl.shutdown_grace` more before they are `Abandoned`.
+/// bounded by `ctl.timeout`. Events not started when shutdown begins, or by `ctl.start_by`, are
+/// `NotStarted`; started ones get `ctl.shutdown_grace` more after a shutdown before they are
+/// `Abandoned`.
 pub async fn publish_each<'a, F, Fut>(
     events: &'a [Event],
     ctl: &PublishCtl,
@@ -99,7 +103,10 @@ where
         let fut = publish_one(e);
         let timeout_msg = timeout_msg.clone();
         jobs.push(async move {
-            if ctl.shutdown.is_cancelled() {
+            let too_late = ctl
+                .start_by
+                .is_some_and(|t| tokio::time::Instant::now() >= t);
+            if ctl.shutdown.is_cancelled() || too_late {
                 return (i, Outcome::NotStarted);
             }
             let grace = async {

@@ -410,3 +410,77 @@ async fn http_headers_from_the_environment_one_per_line() {
         Some("00000000-0000-0000-0000-000000000001")
     );
 }
+
+#[tokio::test]
+async fn a_slow_sink_never_outlives_the_lease() {
+    // 200 ms per request, one at a time, batches of 10, a 1 s lease: a batch would take 2 s.
+    // Each relay starts no publish that could end after its lease, gives the rest back, and so
+    // two relays never deliver a row twice.
+    let db = TestDb::new().await;
+    db.seed_ready(12).await;
+    let server = TestServer::start(0, |_| {
+        std::thread::sleep(Duration::from_millis(200));
+        (200, vec![])
+    });
+    let relays: Vec<_> = (0..2)
+        .map(|_| {
+            db.cmd()
+                .args([
+                    "relay",
+                    "--json",
+                    "--sink",
+                    &server.url(),
+                    "--mode",
+                    "lease",
+                    "--poll-interval",
+                    "60s",
+                ])
+                .args([
+                    "--concurrency",
+                    "1",
+                    "--batch-size",
+                    "10",
+                    "--lease",
+                    "1s",
+                    "--publish-timeout",
+                    "500ms",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Daemons: an idle one wakes when the other's lease would expire, and would re-claim what that
+    // one is still publishing if it overran its lease.
+    wait_until(Duration::from_secs(20), "all published", || async {
+        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await
+            == 0
+    })
+    .await;
+    let mut lease_lost = 0;
+    for r in relays {
+        signal(&r, "TERM");
+        let out = r.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        lease_lost += v["lease_lost"].as_u64().unwrap();
+    }
+    let mut ids: Vec<i64> = server
+        .accepted()
+        .iter()
+        .map(|r| r.json()["id"].as_i64().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        (1..=12).collect::<Vec<_>>(),
+        "each event delivered exactly once"
+    );
+    assert_eq!(lease_lost, 0);
+    let unpublished: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        .await;
+    assert_eq!(unpublished, 0);
+}
