@@ -228,7 +228,8 @@ pub struct RelayArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Where to publish: stdout, null, file:PATH, http(s)://URL.
+    /// Where to publish: stdout, null, file:PATH, http(s)://URL, or
+    /// nats://HOST:PORT?subject=outbox.{event_type} (JetStream; placeholders as for --http-header).
     #[arg(
         long,
         env = "OUTBOXCTL_SINK",

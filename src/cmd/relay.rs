@@ -58,8 +58,10 @@ pub async fn build(
             signing_secrets,
             timeout: publish_timeout,
         },
-    )?;
-    if !args.http_headers.is_empty() && sink.is_local() {
+    )
+    .await?;
+    let is_http = args.sink.starts_with("http://") || args.sink.starts_with("https://");
+    if !args.http_headers.is_empty() && !is_http {
         return Err(CodedError::usage("--http-header only applies to an http(s):// --sink").into());
     }
     let mode = match args.mode {

@@ -4,6 +4,7 @@
 pub mod file;
 pub mod http;
 pub mod memory;
+pub mod nats;
 pub mod stdout;
 
 use std::sync::Arc;
@@ -174,8 +175,9 @@ pub struct SinkOptions {
     pub timeout: Duration,
 }
 
-/// Builds the sink named by `--sink`: `stdout`, `null`, `file:PATH`, `http(s)://...`.
-pub fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedError> {
+/// Builds the sink named by `--sink`: `stdout`, `null`, `file:PATH`, `http(s)://...`,
+/// `nats://...` (JetStream).
+pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedError> {
     let spec = spec.trim();
     if spec == "stdout" || spec == "-" {
         return Ok(Arc::new(stdout::StdoutSink::new()));
@@ -198,8 +200,11 @@ pub fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedE
     if spec.starts_with("http://") || spec.starts_with("https://") {
         return Ok(Arc::new(http::HttpSink::new(spec, opts)?));
     }
+    if spec.starts_with("nats://") {
+        return Ok(Arc::new(nats::NatsSink::connect(spec, opts.timeout).await?));
+    }
     Err(CodedError::usage(format!(
-        "invalid --sink `{}`: use stdout, null, file:PATH or http(s)://URL",
+        "invalid --sink `{}`: use stdout, null, file:PATH, http(s)://URL or nats://HOST:PORT?subject=...",
         crate::config::redact_url(spec)
     )))
 }

@@ -9,6 +9,7 @@ mod fixtures;
 mod http_server;
 mod http_sink;
 mod migrate;
+mod nats_sink;
 mod prune;
 mod publish;
 mod relay;

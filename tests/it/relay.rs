@@ -707,6 +707,10 @@ async fn once_honours_max_events_and_rejects_bad_settings() {
         ),
         (vec!["--sink", "kafka://x"], "invalid --sink"),
         (
+            vec!["--sink", "nats://127.0.0.1:4222?subject=a.*"],
+            "plain NATS subject",
+        ),
+        (
             vec!["--sink", "http://x", "--signing-secret-env", "NOPE_NOT_SET"],
             "NOPE_NOT_SET",
         ),

@@ -1,0 +1,146 @@
+//! The NATS JetStream sink: publishes each event to a subject and waits for the stream's ack.
+//!
+//! `--sink 'nats://[user:pass@]host:4222?subject=outbox.{event_type}'`. Each message carries the
+//! JSON document as its body, the row's headers as NATS headers, and `Nats-Msg-Id` set to the
+//! idempotency key, so JetStream itself drops a re-publish within the stream's duplicate window
+//! (default 2 minutes): exactly once in effect, for the common crash-between-publish-and-mark case.
+//! A stream capturing the subjects must exist (the relay does not create one).
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+
+use super::{publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
+use crate::exit::CodedError;
+
+pub struct NatsSink {
+    js: jetstream::Context,
+    subject: String,
+    display: String,
+}
+
+/// Subject template used when the URL has no `subject` parameter.
+pub const DEFAULT_SUBJECT: &str = "outbox.{event_type}";
+
+impl NatsSink {
+    /// Connects in the background: a NATS server that is down now only makes publishes fail
+    /// (and retry) until it is back.
+    pub async fn connect(spec: &str, timeout: Duration) -> Result<Self, CodedError> {
+        let url = url::Url::parse(spec)
+            .map_err(|e| CodedError::usage(format!("invalid --sink `nats://…`: {e}")))?;
+        let host = url
+            .host_str()
+            .ok_or_else(|| CodedError::usage("invalid --sink: a nats:// URL needs a host"))?;
+        let port = url.port().unwrap_or(4222);
+        let subject = url
+            .query_pairs()
+            .find(|(k, _)| k == "subject")
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_else(|| DEFAULT_SUBJECT.to_owned());
+        if subject.is_empty()
+            || subject.contains(char::is_whitespace)
+            || subject.contains(['*', '>'])
+        {
+            return Err(CodedError::usage(format!(
+                "invalid --sink: subject `{subject}` must be a plain NATS subject (no spaces or wildcards), e.g. outbox.{{event_type}}"
+            )));
+        }
+        let mut opts = async_nats::ConnectOptions::new()
+            .connection_timeout(timeout)
+            .retry_on_initial_connect()
+            .name("outboxctl");
+        if !url.username().is_empty() {
+            let user = percent_decode(url.username());
+            opts = match url.password() {
+                Some(p) => opts.user_and_password(user, percent_decode(p)),
+                None => opts.token(user),
+            };
+        }
+        let client = opts
+            .connect(format!("nats://{host}:{port}"))
+            .await
+            .map_err(|e| CodedError::usage(format!("invalid --sink: {e}")))?;
+        let mut js = jetstream::new(client);
+        js.set_timeout(timeout);
+        let display = format!(
+            "nats://{}{host}:{port}?subject={subject}",
+            if url.username().is_empty() {
+                ""
+            } else {
+                "***@"
+            }
+        );
+        Ok(Self {
+            js,
+            subject,
+            display,
+        })
+    }
+
+    async fn publish_one(&self, e: &Event) -> Result<(), SinkError> {
+        let subject = super::http::expand(&self.subject, e);
+        if subject.contains(char::is_whitespace)
+            || subject.contains(['*', '>'])
+            || subject.contains("..")
+        {
+            return Err(SinkError::Permanent(format!(
+                "subject `{subject}` is not a valid NATS subject"
+            )));
+        }
+        let mut body = Vec::with_capacity(256 + e.payload.len());
+        write_envelope(e, &mut body);
+        let mut headers = async_nats::HeaderMap::new();
+        let row: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&e.headers).unwrap_or_default();
+        for (k, v) in row {
+            let v = v
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| v.to_string());
+            headers.insert(k.as_str(), v.as_str());
+        }
+        headers.insert("Nats-Msg-Id", e.idempotency_key.as_str());
+        let ack = self
+            .js
+            .publish_with_headers(subject.clone(), headers, body.into())
+            .await
+            .map_err(|err| classify(&subject, &err.to_string()))?;
+        ack.await
+            .map_err(|err| classify(&subject, &err.to_string()))?;
+        Ok(())
+    }
+}
+
+fn classify(subject: &str, err: &str) -> SinkError {
+    let lower = err.to_ascii_lowercase();
+    if lower.contains("maximum payload")
+        || lower.contains("max_payload")
+        || lower.contains("message size")
+    {
+        return SinkError::Permanent(format!("NATS: {err}"));
+    }
+    if lower.contains("no responders") || lower.contains("no stream found") {
+        return SinkError::retryable(format!(
+            "NATS: no JetStream stream captures subject `{subject}`; create one (e.g. subjects outbox.>)"
+        ));
+    }
+    SinkError::retryable(format!("NATS: {err}"))
+}
+
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+#[async_trait::async_trait]
+impl Sink for NatsSink {
+    async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
+        publish_each(events, ctl, |e| self.publish_one(e)).await
+    }
+
+    fn describe(&self) -> String {
+        self.display.clone()
+    }
+}
