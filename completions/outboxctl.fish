@@ -79,7 +79,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s V -l ver
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l sink -d 'Where to publish: stdout, null, file:PATH, http(s)://URL, or nats://HOST:PORT?subject=outbox.{event_type} (JetStream; placeholders as for --http-header)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l sink -d 'Where to publish: stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams). Subject and stream names take the placeholders of --http-header' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l mode -d 'How claims are settled. `lease`: claim commits a lease, publish runs outside any transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and mark in one short transaction (fast local sinks; fewer writes per event). `auto`: tx for stdout, file and null, lease otherwise' -r -f -a "auto\t''
 lease\t''
 tx\t''"

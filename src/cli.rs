@@ -228,8 +228,10 @@ pub struct RelayArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Where to publish: stdout, null, file:PATH, http(s)://URL, or
-    /// nats://HOST:PORT?subject=outbox.{event_type} (JetStream; placeholders as for --http-header).
+    /// Where to publish: stdout, null, file:PATH, http(s)://URL,
+    /// nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or
+    /// redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams). Subject and stream names take
+    /// the placeholders of --http-header.
     #[arg(
         long,
         env = "OUTBOXCTL_SINK",

@@ -5,6 +5,7 @@ pub mod file;
 pub mod http;
 pub mod memory;
 pub mod nats;
+pub mod redis;
 pub mod stdout;
 
 use std::sync::Arc;
@@ -176,7 +177,7 @@ pub struct SinkOptions {
 }
 
 /// Builds the sink named by `--sink`: `stdout`, `null`, `file:PATH`, `http(s)://...`,
-/// `nats://...` (JetStream).
+/// `nats://...` (JetStream), `redis://...` (Streams).
 pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedError> {
     let spec = spec.trim();
     if spec == "stdout" || spec == "-" {
@@ -200,11 +201,14 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
     if spec.starts_with("http://") || spec.starts_with("https://") {
         return Ok(Arc::new(http::HttpSink::new(spec, opts)?));
     }
+    if spec.starts_with("redis://") {
+        return Ok(Arc::new(redis::RedisSink::new(spec)?));
+    }
     if spec.starts_with("nats://") {
         return Ok(Arc::new(nats::NatsSink::connect(spec, opts.timeout).await?));
     }
     Err(CodedError::usage(format!(
-        "invalid --sink `{}`: use stdout, null, file:PATH, http(s)://URL or nats://HOST:PORT?subject=...",
+        "invalid --sink `{}`: use stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=... or redis://HOST:PORT?stream=...",
         crate::config::redact_url(spec)
     )))
 }

@@ -12,6 +12,7 @@ mod migrate;
 mod nats_sink;
 mod prune;
 mod publish;
+mod redis_sink;
 mod relay;
 mod requeue;
 mod snapshots;
