@@ -90,7 +90,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
             cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
             cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
-            cand --sink 'Where to publish: stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams). Subject and stream names take the placeholders of --http-header'
+            cand --sink 'Where to publish: stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams), or amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ). Subjects, stream names and routing keys take the placeholders of --http-header'
             cand --mode 'How claims are settled. `lease`: claim commits a lease, publish runs outside any transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and mark in one short transaction (fast local sinks; fewer writes per event). `auto`: tx for stdout, file and null, lease otherwise'
             cand --batch-size 'Rows claimed per batch'
             cand --concurrency 'Publishes in flight at once within a batch'

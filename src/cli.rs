@@ -230,8 +230,9 @@ pub struct RelayArgs {
 
     /// Where to publish: stdout, null, file:PATH, http(s)://URL,
     /// nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or
-    /// redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams). Subject and stream names take
-    /// the placeholders of --http-header.
+    /// redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams), or
+    /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ). Subjects,
+    /// stream names and routing keys take the placeholders of --http-header.
     #[arg(
         long,
         env = "OUTBOXCTL_SINK",

@@ -1,6 +1,7 @@
 //! Sinks: where the relay publishes. One small trait; each sink says whether a failure is worth
 //! retrying (`Retryable`) or never will succeed (`Permanent`, dead-lettered at once).
 
+pub mod amqp;
 pub mod file;
 pub mod http;
 pub mod memory;
@@ -177,7 +178,7 @@ pub struct SinkOptions {
 }
 
 /// Builds the sink named by `--sink`: `stdout`, `null`, `file:PATH`, `http(s)://...`,
-/// `nats://...` (JetStream), `redis://...` (Streams).
+/// `nats://...` (JetStream), `redis://...` (Streams), `amqp://...` (RabbitMQ).
 pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedError> {
     let spec = spec.trim();
     if spec == "stdout" || spec == "-" {
@@ -201,6 +202,9 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
     if spec.starts_with("http://") || spec.starts_with("https://") {
         return Ok(Arc::new(http::HttpSink::new(spec, opts)?));
     }
+    if spec.starts_with("amqp://") {
+        return Ok(Arc::new(amqp::AmqpSink::new(spec)?));
+    }
     if spec.starts_with("redis://") {
         return Ok(Arc::new(redis::RedisSink::new(spec)?));
     }
@@ -208,7 +212,7 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
         return Ok(Arc::new(nats::NatsSink::connect(spec, opts.timeout).await?));
     }
     Err(CodedError::usage(format!(
-        "invalid --sink `{}`: use stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=... or redis://HOST:PORT?stream=...",
+        "invalid --sink `{}`: use stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=... redis://HOST:PORT?stream=... or amqp://USER:PASS@HOST:PORT/VHOST",
         crate::config::redact_url(spec)
     )))
 }

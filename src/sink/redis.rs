@@ -38,9 +38,11 @@ impl RedisSink {
                         ))
                     })?)
                 }
-                other => return Err(CodedError::usage(format!(
+                other => {
+                    return Err(CodedError::usage(format!(
                     "invalid --sink: unknown redis parameter `{other}` (use stream=NAME, maxlen=N)"
-                ))),
+                )))
+                }
             }
         }
         let mut base = url.clone();

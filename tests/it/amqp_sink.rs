@@ -1,0 +1,106 @@
+//! The RabbitMQ sink against the real RabbitMQ on 127.0.0.1:5672 (guest/guest).
+
+use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties};
+
+use crate::common::{stderr, stdout, TestDb};
+
+const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+#[tokio::test]
+async fn publishes_confirmed_persistent_messages_with_the_dedup_id() {
+    let db = TestDb::new().await;
+    db.seed_ready(15).await;
+    let queue = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
+    let conn = Connection::connect(AMQP, ConnectionProperties::default())
+        .await
+        .expect("rabbitmq on 127.0.0.1:5672");
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(
+        queue.as_str().into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+
+    let out = db
+        .cmd()
+        .args([
+            "relay",
+            "--once",
+            "--json",
+            "--sink",
+            &format!("{AMQP}?routing_key={queue}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !stdout(&out).contains("guest:guest") && !stderr(&out).contains("guest:guest"),
+        "password hidden"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["published"], 15);
+    let q = ch
+        .queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.message_count(), 15);
+    let msg = ch
+        .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("a message");
+    let doc: serde_json::Value = serde_json::from_slice(&msg.delivery.data).unwrap();
+    let props = &msg.delivery.properties;
+    assert_eq!(
+        props.message_id().as_ref().map(|s| s.as_str()),
+        doc["idempotency_key"].as_str()
+    );
+    assert_eq!(
+        props.kind().as_ref().map(|s| s.as_str()),
+        Some("order.placed")
+    );
+    assert_eq!(*props.delivery_mode(), Some(2), "persistent");
+    ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_unroutable_message_is_retried_not_lost() {
+    let db = TestDb::new().await;
+    db.seed_ready(2).await;
+    let queue = format!("obx-missing-{}", uuid::Uuid::new_v4().simple());
+    let out = db
+        .cmd()
+        .args([
+            "relay",
+            "--once",
+            "--sink",
+            &format!("{AMQP}?routing_key={queue}"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let errors: Vec<String> = sqlx::query_scalar(
+        "SELECT last_error FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(errors.len(), 2);
+    assert!(
+        errors.iter().all(|e| e.contains("no queue is bound")),
+        "{errors:?}"
+    );
+}
