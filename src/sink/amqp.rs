@@ -81,14 +81,8 @@ impl AmqpSink {
     async fn publish_one(&self, ch: &Channel, e: &Event) -> Result<(), SinkError> {
         let mut body = Vec::with_capacity(256 + e.payload.len());
         write_envelope(e, &mut body);
-        let row: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&e.headers).unwrap_or_default();
         let mut headers = FieldTable::default();
-        for (k, v) in row {
-            let v = v
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| v.to_string());
+        for (k, v) in super::row_headers(e) {
             headers.insert(
                 ShortString::from(k),
                 AMQPValue::LongString(LongString::from(v)),

@@ -72,13 +72,7 @@ impl HttpSink {
         write_envelope(e, &mut body);
         let mut headers = HeaderMap::new();
         // The row's own headers first, so ours (below) win on a clash.
-        let row: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&e.headers).unwrap_or_default();
-        for (k, v) in row {
-            let v = v
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| v.to_string());
+        for (k, v) in super::row_headers(e) {
             let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(k.as_bytes()),
                 HeaderValue::from_str(&v),

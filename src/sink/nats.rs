@@ -90,13 +90,7 @@ impl NatsSink {
         let mut body = Vec::with_capacity(256 + e.payload.len());
         write_envelope(e, &mut body);
         let mut headers = async_nats::HeaderMap::new();
-        let row: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&e.headers).unwrap_or_default();
-        for (k, v) in row {
-            let v = v
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| v.to_string());
+        for (k, v) in super::row_headers(e) {
             headers.insert(k.as_str(), v.as_str());
         }
         headers.insert("Nats-Msg-Id", e.idempotency_key.as_str());
