@@ -388,8 +388,12 @@ async fn start_daemon(
         crate::relay::daemon::daemon(&relay, &settings, &t).await;
         relay.pool.close().await;
     });
-    // Let the daemon LISTEN before the producer starts.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Start producing only once the daemon LISTENs, or the first events wait for a poll tick.
+    let mut conn = db::connect(cfg).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !db::is_listening(&mut conn, &cfg.schema.channel()).await? && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     Ok((token, handle))
 }
 

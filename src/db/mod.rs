@@ -146,3 +146,13 @@ pub async fn pool_for_relay(
         })
         .connect_lazy_with(cfg.options.clone()))
 }
+
+/// Whether some session LISTENs on `channel` (the bench waits for its daemon with this).
+pub async fn is_listening(conn: &mut PgConnection, channel: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query = 'LISTEN \"' || $1 || '\"')",
+    )
+    .bind(channel)
+    .fetch_one(conn)
+    .await
+}

@@ -132,6 +132,14 @@ pub struct Failure {
     pub error: String,
 }
 
+/// What a failed publish does to its row: a retry at `now() + delay`, or a dead letter; the
+/// sink's error either way. `$1..$4` are the columns of [`failure_columns`]; used by both modes.
+const FAILURE_OUTCOME: &str = "available_at = CASE WHEN f.dead THEN o.available_at
+                                    ELSE now() + f.delay * interval '1 microsecond' END,
+                dead_lettered_at = CASE WHEN f.dead THEN now() END,
+                last_error = f.err
+           FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::text[]) AS f(id, delay, dead, err)";
+
 /// Lease mode: records failures (retry later, or dead-letter) for rows `token` still owns.
 /// Returns the ids it changed.
 pub async fn settle_failed(
@@ -143,52 +151,46 @@ pub async fn settle_failed(
         return Ok(Vec::new());
     }
     let (ids, delays, dead, errors) = failure_columns(failures);
-    sqlx::query_scalar(
+    let sql = format!(
         "UPDATE outbox o
             SET locked_until = NULL,
-                available_at = CASE WHEN f.dead THEN o.available_at
-                                    ELSE now() + f.delay * interval '1 microsecond' END,
-                dead_lettered_at = CASE WHEN f.dead THEN now() END,
-                last_error = f.err
-           FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::text[]) AS f(id, delay, dead, err)
+                {FAILURE_OUTCOME}
           WHERE o.id = f.id AND o.claim_token = $5
             AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
-          RETURNING o.id",
-    )
-    .bind(ids)
-    .bind(delays)
-    .bind(dead)
-    .bind(errors)
-    .bind(token)
-    .persistent(true)
-    .fetch_all(conn)
-    .await
+          RETURNING o.id"
+    );
+    sqlx::query_scalar(&sql)
+        .bind(ids)
+        .bind(delays)
+        .bind(dead)
+        .bind(errors)
+        .bind(token)
+        .persistent(true)
+        .fetch_all(conn)
+        .await
 }
 
 /// Transaction mode: turns rows marked published by [`claim_tx`] back into retries or dead
-/// letters, inside the same transaction.
+/// letters, inside the same transaction. Returns how many rows it changed.
 pub async fn revert_tx(conn: &mut PgConnection, failures: &[Failure]) -> sqlx::Result<u64> {
     if failures.is_empty() {
         return Ok(0);
     }
     let (ids, delays, dead, errors) = failure_columns(failures);
-    Ok(sqlx::query(
+    let sql = format!(
         "UPDATE outbox o
             SET published_at = NULL,
-                available_at = CASE WHEN f.dead THEN o.available_at
-                                    ELSE now() + f.delay * interval '1 microsecond' END,
-                dead_lettered_at = CASE WHEN f.dead THEN now() END,
-                last_error = f.err
-           FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::text[]) AS f(id, delay, dead, err)
-          WHERE o.id = f.id",
-    )
-    .bind(ids)
-    .bind(delays)
-    .bind(dead)
-    .bind(errors)
-    .fetch_all(conn)
-    .await?
-    .len() as u64)
+                {FAILURE_OUTCOME}
+          WHERE o.id = f.id"
+    );
+    Ok(sqlx::query(&sql)
+        .bind(ids)
+        .bind(delays)
+        .bind(dead)
+        .bind(errors)
+        .execute(conn)
+        .await?
+        .rows_affected())
 }
 
 fn failure_columns(failures: &[Failure]) -> (Vec<i64>, Vec<i64>, Vec<bool>, Vec<&str>) {

@@ -40,6 +40,15 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
     }
 }
 
+/// The real binary's relay in `mode`, appending JSON lines to the file `sink`.
+fn relay_to_file(db: &TestDb, mode: Mode, sink: &std::path::Path) -> std::process::Command {
+    let mut c = db.cmd();
+    c.args(["relay", "--mode", mode_flag(mode)])
+        .arg("--sink")
+        .arg(format!("file:{}", sink.display()));
+    c
+}
+
 fn mode_flag(mode: Mode) -> &'static str {
     match mode {
         Mode::Lease => "lease",
@@ -298,19 +307,8 @@ async fn four_relay_processes_deliver_20k_events_exactly_once() {
         let children: Vec<_> = (0..4)
             .map(|i| {
                 let path = dir.path().join(format!("sink-{i}.jsonl"));
-                let child = db
-                    .cmd()
-                    .args([
-                        "relay",
-                        "--once",
-                        "--batch-size",
-                        "200",
-                        "--mode",
-                        mode_flag(mode),
-                        "--json",
-                    ])
-                    .arg("--sink")
-                    .arg(format!("file:{}", path.display()))
+                let child = relay_to_file(&db, mode, &path)
+                    .args(["--once", "--batch-size", "200", "--json"])
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -348,20 +346,8 @@ async fn kill_9_after_publish_before_settle_loses_nothing() {
         db.seed_ready(1000).await;
         let dir = tempfile::tempdir().unwrap();
         let first = dir.path().join("first.jsonl");
-        let mut child = db
-            .cmd()
-            .args([
-                "relay",
-                "--once",
-                "--batch-size",
-                "300",
-                "--lease",
-                "2s",
-                "--mode",
-                mode_flag(mode),
-            ])
-            .arg("--sink")
-            .arg(format!("file:{}", first.display()))
+        let mut child = relay_to_file(&db, mode, &first)
+            .args(["--once", "--batch-size", "300", "--lease", "2s"])
             .env("OUTBOXCTL_TEST_FAILPOINT", "hang-after-publish")
             .stderr(Stdio::piped())
             .spawn()
@@ -398,18 +384,8 @@ async fn kill_9_after_publish_before_settle_loses_nothing() {
             assert_eq!(published, 0, "the killed transaction rolled back");
         }
         let second = dir.path().join("second.jsonl");
-        let out = db
-            .cmd()
-            .args([
-                "relay",
-                "--once",
-                "--batch-size",
-                "300",
-                "--mode",
-                mode_flag(mode),
-            ])
-            .arg("--sink")
-            .arg(format!("file:{}", second.display()))
+        let out = relay_to_file(&db, mode, &second)
+            .args(["--once", "--batch-size", "300"])
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", stderr(&out));
@@ -458,20 +434,17 @@ async fn daemon_delivers_a_notified_event_in_milliseconds_and_a_delayed_one_on_t
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.jsonl");
         // A long poll interval: only NOTIFY and the due-time timer can explain fast delivery.
-        let mut child = db
-            .cmd()
-            .args(["relay", "--poll-interval", "60s", "--mode", mode_flag(mode)])
-            .arg("--sink")
-            .arg(format!("file:{}", path.display()))
+        let mut child = relay_to_file(&db, mode, &path)
+            .args(["--poll-interval", "60s"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        // Wait until the daemon is listening.
+        // Wait until this daemon LISTENs on this schema's channel (not another test's daemon).
+        let channel = format!("outboxctl:{}", db.schema);
         wait_until(Duration::from_secs(10), "relay LISTENs", || async {
-            db.scalar::<i64>("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'outboxctl' AND query ILIKE 'LISTEN%'")
-                .await
-                > 0
+            let mut c = db.pool.acquire().await.unwrap();
+            outboxctl::db::is_listening(&mut c, &channel).await.unwrap()
         })
         .await;
         let out = db
@@ -584,19 +557,8 @@ async fn survives_pg_terminate_backend_mid_run() {
         db.seed_ready(6_000).await;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.jsonl");
-        let mut child = db
-            .cmd()
-            .args([
-                "relay",
-                "--batch-size",
-                "100",
-                "--poll-interval",
-                "200ms",
-                "--mode",
-                mode_flag(mode),
-            ])
-            .arg("--sink")
-            .arg(format!("file:{}", path.display()))
+        let mut child = relay_to_file(&db, mode, &path)
+            .args(["--batch-size", "100", "--poll-interval", "200ms"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
