@@ -26,7 +26,7 @@ end
 
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_needs_command" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -s V -l version -d 'Print version'
@@ -51,7 +51,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l log-form
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l status -l dry-run -d 'List applied and pending migrations; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s V -l version -d 'Print version'
@@ -72,7 +72,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l batch-si
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s V -l version -d 'Print version'
@@ -102,7 +102,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l log-format
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l once -d 'Drain what is ready now, print a summary, exit'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s V -l version -d 'Print version'
@@ -115,13 +115,13 @@ aggregate-type\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s V -l version -d 'Print version'
@@ -147,7 +147,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
@@ -166,7 +166,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
@@ -176,7 +176,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
@@ -199,7 +199,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l dry-run -d 'List what would be discarded; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s V -l version -d 'Print version'
@@ -222,7 +222,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l dry-run -d 'List what would be discarded; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s V -l version -d 'Print version'
@@ -242,7 +242,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 full\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
@@ -253,7 +253,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s V -l version -d 'Print version'
@@ -279,7 +279,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
@@ -298,7 +298,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
@@ -308,7 +308,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
@@ -331,7 +331,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l dry-run -d 'List what would be discarded; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s V -l version -d 'Print version'
@@ -354,7 +354,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l dry-run -d 'List what would be discarded; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s V -l version -d 'Print version'
@@ -374,7 +374,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 full\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
@@ -404,13 +404,13 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l all -d '
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l keep-attempts -d 'Keep attempt_count instead of resetting it to 0 (the relay then dead-letters the event again after one more failure)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l dry-run -d 'List exactly what would be requeued; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s V -l version -d 'Print version'
@@ -441,7 +441,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
@@ -466,7 +466,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
@@ -476,7 +476,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
@@ -489,7 +489,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l dry-run -d 'Show what would be cancelled or refused; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s V -l version -d 'Print version'
@@ -502,7 +502,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s V -l version -d 'Print version'
@@ -513,7 +513,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s V -l version -d 'Print version'
@@ -544,7 +544,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
@@ -569,7 +569,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
@@ -579,7 +579,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
@@ -592,7 +592,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l dry-run -d 'Show what would be cancelled or refused; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s V -l version -d 'Print version'
@@ -605,7 +605,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s V -l version -d 'Print version'
@@ -628,13 +628,13 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l log-format
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l dry-run -d 'Count what would be deleted; delete nothing (takes no lock)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s V -l version -d 'Print version'
@@ -643,7 +643,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l schema -d '
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s V -l version -d 'Print version'
@@ -665,7 +665,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l log-format
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l keep-schema -d 'Keep the scratch schema afterwards (for EXPLAIN and poking around)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l json -d 'Print JSON on stdout instead of a table'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s v -l verbose -d 'More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s q -l quiet -d 'Only errors'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s V -l version -d 'Print version'

@@ -48,7 +48,8 @@ pub enum Command {
 /// Logging options (to stderr; stdout carries data only).
 #[derive(Debug, Args, Clone)]
 pub struct LogArgs {
-    /// More log output (-v info, -vv debug, -vvv trace). `OUTBOXCTL_LOG` / `RUST_LOG` override.
+    /// More of outboxctl's own log output (-v info, -vv debug, -vvv trace; other crates stay off).
+    /// `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it.
     #[arg(short, long, global = true, action = clap::ArgAction::Count, env = "OUTBOXCTL_VERBOSE")]
     pub verbose: u8,
 

@@ -1,25 +1,22 @@
 //! Logging to stderr with `tracing`; stdout is for data only.
+//!
+//! The filter shows outboxctl's own lines only: third-party crates are off at every `-v` level,
+//! because some print what they handle (the AMQP client logs a returned message whole, payload
+//! bytes included, at WARN; HTTP and SQL clients print requests and statements at debug/trace).
+//! `OUTBOXCTL_LOG` (then `RUST_LOG`) is the explicit escape hatch: a full tracing filter that
+//! replaces the default, third-party crates included.
 
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{LogArgs, LogFormat};
+use crate::exit::CodedError;
 
 /// Installs the global subscriber. A daemon logs at info by default, other commands at warn.
-/// `OUTBOXCTL_LOG` (then `RUST_LOG`) overrides -v/-q.
-pub fn init(args: &LogArgs, daemon: bool) {
-    let default = match (args.quiet, args.verbose) {
-        (true, _) => "error",
-        (false, 0) if daemon => "info",
-        (false, 0) => "warn",
-        (false, 1) => "info",
-        (false, 2) => "debug",
-        _ => "trace",
-    };
-    let filter = std::env::var("OUTBOXCTL_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .ok()
-        .and_then(|s| EnvFilter::try_new(s).ok())
-        .unwrap_or_else(|| EnvFilter::new(format!("outboxctl={default},sqlx=error,warn")));
+/// Fails (a usage error naming the variable) when `OUTBOXCTL_LOG` or `RUST_LOG` is not a valid
+/// filter.
+pub fn init(args: &LogArgs, daemon: bool) -> Result<(), CodedError> {
+    let directives = directives(args, daemon, |k| std::env::var(k).ok())?;
+    let filter = EnvFilter::try_new(&directives).map_err(|e| CodedError::usage(e.to_string()))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -28,4 +25,145 @@ pub fn init(args: &LogArgs, daemon: bool) {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.with_ansi(crate::output::stderr_color()).try_init(),
     };
+    Ok(())
+}
+
+/// The filter directives: `OUTBOXCTL_LOG`, else `RUST_LOG` (each checked; empty means unset),
+/// else outboxctl's own level from -q/-v with every other crate off.
+pub fn directives(
+    args: &LogArgs,
+    daemon: bool,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<String, CodedError> {
+    for var in ["OUTBOXCTL_LOG", "RUST_LOG"] {
+        if let Some(value) = env(var).filter(|v| !v.trim().is_empty()) {
+            check(var, &value).map_err(CodedError::usage)?;
+            return Ok(value);
+        }
+    }
+    let level = match (args.quiet, args.verbose) {
+        (true, _) => "error",
+        (false, 0) if daemon => "info",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        _ => "trace",
+    };
+    Ok(format!("off,outboxctl={level}"))
+}
+
+/// Checks a filter more strictly than `EnvFilter` does: it reads a bare word that is not a level
+/// (`verbose`, `debg`) as a target name and so silently filters everything out. Here every
+/// directive is a level or `TARGET=LEVEL` (`TARGET[span{field=value}]=LEVEL` too).
+fn check(var: &str, value: &str) -> Result<(), String> {
+    let hint = if var == "RUST_LOG" {
+        " (OUTBOXCTL_LOG, when set, is used instead of RUST_LOG)"
+    } else {
+        ""
+    };
+    let level_ok = |s: &str| {
+        s.trim()
+            .parse::<tracing::level_filters::LevelFilter>()
+            .is_ok()
+    };
+    for d in value.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = d.rsplit_once('=').map_or(d, |(_, level)| level);
+        if !level_ok(level) {
+            return Err(format!(
+                "invalid {var} `{value}`: `{level}` is not a level; write LEVEL or TARGET=LEVEL with a level of off, error, warn, info, debug or trace (e.g. outboxctl=debug){hint}"
+            ));
+        }
+    }
+    EnvFilter::builder()
+        .parse(value)
+        .map(|_| ())
+        .map_err(|e| format!("invalid {var} `{value}`: {e}{hint}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(verbose: u8, quiet: bool) -> LogArgs {
+        LogArgs {
+            verbose,
+            quiet,
+            log_format: LogFormat::Text,
+        }
+    }
+
+    #[test]
+    fn verbosity_raises_only_outboxctls_level() {
+        let none = |_: &str| None;
+        for (v, q, daemon, want) in [
+            (0, false, true, "off,outboxctl=info"),
+            (0, false, false, "off,outboxctl=warn"),
+            (2, false, false, "off,outboxctl=debug"),
+            (5, false, true, "off,outboxctl=trace"),
+            (0, true, true, "off,outboxctl=error"),
+        ] {
+            assert_eq!(directives(&args(v, q), daemon, none).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn the_variables_replace_the_default_and_are_checked() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let a = args(2, false);
+        assert_eq!(
+            directives(&a, true, env(&[("OUTBOXCTL_LOG", "lapin=warn,info")])).unwrap(),
+            "lapin=warn,info"
+        );
+        assert_eq!(
+            directives(
+                &a,
+                true,
+                env(&[("OUTBOXCTL_LOG", " "), ("RUST_LOG", "debug")])
+            )
+            .unwrap(),
+            "debug"
+        );
+        assert_eq!(
+            directives(
+                &a,
+                true,
+                env(&[("OUTBOXCTL_LOG", "warn"), ("RUST_LOG", "x")])
+            )
+            .unwrap(),
+            "warn"
+        );
+        for good in [
+            "info",
+            "OFF",
+            "outboxctl=debug,sqlx=warn",
+            "a::b=trace",
+            "x[s{f=1}]=debug",
+        ] {
+            assert!(check("OUTBOXCTL_LOG", good).is_ok(), "{good}");
+        }
+        for bad in [
+            "verbose",
+            "debg",
+            "outboxctl=loud",
+            "[{",
+            "outboxctl",
+            "a=b=c",
+        ] {
+            let e = check("OUTBOXCTL_LOG", bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("invalid OUTBOXCTL_LOG `{bad}`")),
+                "{e}"
+            );
+        }
+        assert!(check("RUST_LOG", "x")
+            .unwrap_err()
+            .contains("OUTBOXCTL_LOG, when set"));
+    }
 }

@@ -4,7 +4,8 @@
 //! the default exchange `""` and routing key `outbox`, i.e. a queue named `outbox`). Messages are
 //! persistent, `content_type` application/json, `message_id` the idempotency key (consumers
 //! dedupe on it; RabbitMQ keeps no dedup state), `type` the event type, the row's headers as AMQP
-//! headers. Published as `mandatory`: a message no queue receives is a retryable failure, not a
+//! headers (never `x-*`, `CC`/`BCC` or a relay-set property name: see [`HeaderPolicy::amqp`]).
+//! Published as `mandatory`: a message no queue receives is a retryable failure, not a
 //! silent loss. The connection is made on the first publish and again after it breaks.
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
@@ -12,15 +13,18 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
 
+use super::headers::{self, HeaderPolicy};
+use super::template::Template;
 use super::{publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
 use crate::exit::CodedError;
 
 pub struct AmqpSink {
     uri: String,
-    exchange: String,
-    routing_key: String,
+    exchange: ShortString,
+    routing_key: Template,
     display: String,
     channel: Mutex<Option<(Connection, Channel)>>,
+    row_headers: HeaderPolicy,
 }
 
 impl AmqpSink {
@@ -46,12 +50,21 @@ impl AmqpSink {
             let _ = url.set_password(Some("***"));
         }
         let display = format!("{url}?exchange={exchange}&routing_key={routing_key}");
+        let routing_key = Template::parse(
+            &routing_key,
+            &format!("invalid --sink: routing_key `{routing_key}`"),
+        )
+        .map_err(CodedError::usage)?;
+        let exchange = ShortString::try_new(exchange).map_err(|_| {
+            CodedError::usage("invalid --sink: an exchange name is at most 255 bytes")
+        })?;
         Ok(Self {
             uri,
             exchange,
             routing_key,
             display,
             channel: Mutex::new(None),
+            row_headers: HeaderPolicy::amqp(),
         })
     }
 
@@ -82,24 +95,39 @@ impl AmqpSink {
         let mut body = Vec::with_capacity(256 + e.payload.len());
         write_envelope(e, &mut body);
         let mut headers = FieldTable::default();
-        for (k, v) in super::row_headers(e) {
-            headers.insert(
-                ShortString::from(k),
-                AMQPValue::LongString(LongString::from(v)),
-            );
+        // The policy has bounded the names to a short string's 255 bytes.
+        for (k, v) in headers::row_headers(e, &self.row_headers) {
+            if let Ok(name) = ShortString::try_new(k) {
+                headers.insert(name, AMQPValue::LongString(LongString::from(v)));
+            }
         }
-        let props = BasicProperties::default()
-            .with_message_id(ShortString::from(e.idempotency_key.clone()))
-            .with_type(ShortString::from(e.event_type.clone()))
+        let message_id = ShortString::try_new(e.idempotency_key.as_str()).map_err(|_| {
+            SinkError::Permanent(
+                "the idempotency key is longer than 255 bytes: not a valid RabbitMQ message_id"
+                    .into(),
+            )
+        })?;
+        let routing_key = self.routing_key.expand(e);
+        let routing = ShortString::try_new(routing_key.as_str()).map_err(|_| {
+            SinkError::Permanent(format!(
+                "the routing key is longer than 255 bytes ({} bytes)",
+                routing_key.len()
+            ))
+        })?;
+        let mut props = BasicProperties::default()
+            .with_message_id(message_id)
             .with_content_type(ShortString::from("application/json"))
             .with_app_id(ShortString::from("outboxctl"))
             .with_delivery_mode(2)
             .with_headers(headers);
-        let routing_key = super::http::expand(&self.routing_key, e);
+        // `type` is a convenience copy of the document's `type`: omitted when too long.
+        if let Ok(kind) = ShortString::try_new(e.event_type.as_str()) {
+            props = props.with_type(kind);
+        }
         let confirm = ch
             .basic_publish(
-                ShortString::from(self.exchange.clone()),
-                ShortString::from(routing_key.clone()),
+                self.exchange.clone(),
+                routing,
                 BasicPublishOptions {
                     mandatory: true,
                     ..Default::default()
@@ -119,7 +147,7 @@ impl AmqpSink {
         if confirm.take_message().is_some() {
             return Err(SinkError::retryable(format!(
                 "RabbitMQ: no queue is bound for routing key `{routing_key}` on exchange `{}`",
-                self.exchange
+                self.exchange.as_str()
             )));
         }
         Ok(())

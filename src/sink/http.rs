@@ -1,7 +1,8 @@
 //! The HTTP sink: POSTs one JSON document per event.
 //!
-//! Headers sent: the row's headers, `Content-Type: application/json`, `Idempotency-Key` (the
-//! event's idempotency key: the same on every attempt and from every replica), any
+//! Headers sent: the row's headers that [`HeaderPolicy::http`] lets through (never framing,
+//! hop-by-hop, routing or relay-set ones), `Content-Type: application/json`, `Idempotency-Key`
+//! (the event's idempotency key: the same on every attempt and from every replica), any
 //! `--http-header` (with `{placeholders}`), and, when a signing secret is configured, Standard
 //! Webhooks `webhook-id`/`webhook-timestamp`/`webhook-signature` over the exact bytes sent.
 //! Only 2xx is success; redirects are not followed.
@@ -14,6 +15,8 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::StatusCode;
 use sha2::Sha256;
 
+use super::headers::{self, HeaderPolicy};
+use super::template::Template;
 use super::{
     publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError, SinkOptions,
 };
@@ -23,8 +26,9 @@ pub struct HttpSink {
     client: reqwest::Client,
     url: reqwest::Url,
     display: String,
-    extra: Vec<(HeaderName, String)>,
+    extra: Vec<(HeaderName, Template)>,
     signer: Option<Signer>,
+    row_headers: HeaderPolicy,
 }
 
 impl HttpSink {
@@ -44,8 +48,22 @@ impl HttpSink {
             let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
                 CodedError::usage(format!("invalid --http-header `{h}`: bad header name"))
             })?;
-            extra.push((name, value.trim().to_owned()));
+            let lower = name.as_str();
+            if headers::HTTP_FRAMING.contains(&lower)
+                || headers::HTTP_RESERVED_PREFIXES
+                    .iter()
+                    .any(|p| lower.starts_with(p))
+            {
+                return Err(CodedError::usage(format!(
+                    "invalid --http-header `{name}`: framing, hop-by-hop and webhook-* headers are the relay's own (put the host in --sink)"
+                )));
+            }
+            let template =
+                Template::parse(value.trim(), &format!("invalid --http-header `{name}`"))
+                    .map_err(CodedError::usage)?;
+            extra.push((name, template));
         }
+        let row_headers = HeaderPolicy::http(extra.iter().map(|(n, _)| n.as_str()));
         let signer = match &opts.signing_secrets {
             Some(text) => Some(Signer::from_secrets(text).map_err(CodedError::usage)?),
             None => None,
@@ -64,6 +82,7 @@ impl HttpSink {
             display,
             extra,
             signer,
+            row_headers,
         })
     }
 
@@ -71,17 +90,14 @@ impl HttpSink {
         let mut body = Vec::with_capacity(256 + e.payload.len());
         write_envelope(e, &mut body);
         let mut headers = HeaderMap::new();
-        // The row's own headers first, so ours (below) win on a clash.
-        for (k, v) in super::row_headers(e) {
-            let (Ok(name), Ok(value)) = (
+        // The policy has dropped every name set below, and checked names and values.
+        for (k, v) in headers::row_headers(e, &self.row_headers) {
+            if let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(k.as_bytes()),
                 HeaderValue::from_str(&v),
-            ) else {
-                return Err(SinkError::Permanent(format!(
-                    "event header `{k}` is not a valid HTTP header"
-                )));
-            };
-            headers.insert(name, value);
+            ) {
+                headers.append(name, value);
+            }
         }
         headers.insert(
             reqwest::header::CONTENT_TYPE,
@@ -92,7 +108,7 @@ impl HttpSink {
         })?;
         headers.insert(HeaderName::from_static("idempotency-key"), key);
         for (name, template) in &self.extra {
-            let value = HeaderValue::from_str(&expand(template, e)).map_err(|_| {
+            let value = HeaderValue::from_str(&template.expand(e)).map_err(|_| {
                 SinkError::Permanent(format!("--http-header {name} expands to an invalid value"))
             })?;
             headers.insert(name.clone(), value);
@@ -215,18 +231,6 @@ fn describe_reqwest(err: &reqwest::Error) -> String {
     } else {
         format!("{kind}: {cause}")
     }
-}
-
-/// Replaces `{id}`, `{idempotency_key}`, `{event_type}`, `{aggregate_type}`, `{aggregate_id}`,
-/// `{tenant_id}` in a header template.
-pub fn expand(template: &str, e: &Event) -> String {
-    template
-        .replace("{id}", &e.id.to_string())
-        .replace("{idempotency_key}", &e.idempotency_key)
-        .replace("{event_type}", &e.event_type)
-        .replace("{aggregate_type}", &e.aggregate_type)
-        .replace("{aggregate_id}", &e.aggregate_id)
-        .replace("{tenant_id}", &e.tenant_id.to_string())
 }
 
 /// Standard Webhooks signer: `v1,base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}"))`, one

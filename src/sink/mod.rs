@@ -3,11 +3,13 @@
 
 pub mod amqp;
 pub mod file;
+pub mod headers;
 pub mod http;
 pub mod memory;
 pub mod nats;
 pub mod redis;
 pub mod stdout;
+pub mod template;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,22 +168,6 @@ pub fn write_envelope(e: &Event, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"payload\":");
     out.extend_from_slice(e.payload.as_bytes());
     out.push(b'}');
-}
-
-/// The row's stored headers as name/value pairs (non-string values as their JSON text), for
-/// sinks that carry headers (HTTP, NATS, AMQP).
-pub fn row_headers(e: &Event) -> Vec<(String, String)> {
-    let map: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(&e.headers).unwrap_or_default();
-    map.into_iter()
-        .map(|(k, v)| {
-            let v = v
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| v.to_string());
-            (k, v)
-        })
-        .collect()
 }
 
 /// Options the sinks take from the relay's flags.

@@ -1,8 +1,8 @@
 //! The NATS JetStream sink: publishes each event to a subject and waits for the stream's ack.
 //!
 //! `--sink 'nats://[user:pass@]host:4222?subject=outbox.{event_type}'`. Each message carries the
-//! JSON document as its body, the row's headers as NATS headers, and `Nats-Msg-Id` set to the
-//! idempotency key, so JetStream itself drops a re-publish within the stream's duplicate window
+//! JSON document as its body, the row's headers as NATS headers (never a `Nats-*` one: see
+//! [`HeaderPolicy::nats`]), and `Nats-Msg-Id` set to the idempotency key, so JetStream itself drops a re-publish within the stream's duplicate window
 //! (default 2 minutes): exactly once in effect, for the common crash-between-publish-and-mark case.
 //! A stream capturing the subjects must exist (the relay does not create one).
 
@@ -10,13 +10,16 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 
+use super::headers::{self, HeaderPolicy};
+use super::template::Template;
 use super::{publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
 use crate::exit::CodedError;
 
 pub struct NatsSink {
     js: jetstream::Context,
-    subject: String,
+    subject: Template,
     display: String,
+    row_headers: HeaderPolicy,
 }
 
 /// Subject template used when the URL has no `subject` parameter.
@@ -45,6 +48,8 @@ impl NatsSink {
                 "invalid --sink: subject `{subject}` must be a plain NATS subject (no spaces or wildcards), e.g. outbox.{{event_type}}"
             )));
         }
+        let template = Template::parse(&subject, &format!("invalid --sink: subject `{subject}`"))
+            .map_err(CodedError::usage)?;
         let mut opts = async_nats::ConnectOptions::new()
             .connection_timeout(timeout)
             .retry_on_initial_connect()
@@ -72,13 +77,14 @@ impl NatsSink {
         );
         Ok(Self {
             js,
-            subject,
+            subject: template,
             display,
+            row_headers: HeaderPolicy::nats(),
         })
     }
 
     async fn publish_one(&self, e: &Event) -> Result<(), SinkError> {
-        let subject = super::http::expand(&self.subject, e);
+        let subject = self.subject.expand(e);
         if subject.contains(char::is_whitespace)
             || subject.contains(['*', '>'])
             || subject.contains("..")
@@ -90,10 +96,24 @@ impl NatsSink {
         let mut body = Vec::with_capacity(256 + e.payload.len());
         write_envelope(e, &mut body);
         let mut headers = async_nats::HeaderMap::new();
-        for (k, v) in super::row_headers(e) {
-            headers.insert(k.as_str(), v.as_str());
+        // The policy has checked names and values (async-nats panics on invalid ones).
+        for (k, v) in headers::row_headers(e, &self.row_headers) {
+            if let (Ok(name), Ok(value)) = (
+                k.parse::<async_nats::HeaderName>(),
+                v.parse::<async_nats::HeaderValue>(),
+            ) {
+                headers.append(name, value);
+            }
         }
-        headers.insert("Nats-Msg-Id", e.idempotency_key.as_str());
+        let msg_id = e
+            .idempotency_key
+            .parse::<async_nats::HeaderValue>()
+            .map_err(|_| {
+                SinkError::Permanent(
+                    "the idempotency key holds a line break: not a valid Nats-Msg-Id".into(),
+                )
+            })?;
+        headers.insert("Nats-Msg-Id", msg_id);
         let ack = self
             .js
             .publish_with_headers(subject.clone(), headers, body.into())

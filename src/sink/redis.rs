@@ -9,13 +9,14 @@
 use redis::aio::ConnectionManager;
 use tokio::sync::OnceCell;
 
+use super::template::Template;
 use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
 use crate::exit::CodedError;
 
 pub struct RedisSink {
     client: redis::Client,
     conn: OnceCell<ConnectionManager>,
-    stream: String,
+    stream: Template,
     maxlen: Option<u64>,
     display: String,
 }
@@ -54,6 +55,8 @@ impl RedisSink {
             let _ = shown.set_password(Some("***"));
         }
         let display = format!("{shown}?stream={stream}");
+        let stream = Template::parse(&stream, &format!("invalid --sink: stream `{stream}`"))
+            .map_err(CodedError::usage)?;
         Ok(Self {
             client,
             conn: OnceCell::new(),
@@ -81,7 +84,7 @@ impl RedisSink {
             body.clear();
             write_envelope(e, &mut body);
             let mut cmd = redis::cmd("XADD");
-            cmd.arg(super::http::expand(&self.stream, e));
+            cmd.arg(self.stream.expand(e));
             if let Some(n) = self.maxlen {
                 cmd.arg("MAXLEN").arg("~").arg(n);
             }

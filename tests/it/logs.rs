@@ -112,7 +112,14 @@ async fn verbose_flags_raise_only_outboxctls_own_level() {
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     // Third-party crates (sqlx, hyper, reqwest, rustls) log a great deal at trace.
-    for word in ["hyper", "reqwest", "sqlx", "rustls", "connecting to", "pooling"] {
+    for word in [
+        "hyper",
+        "reqwest",
+        "sqlx",
+        "rustls",
+        "connecting to",
+        "pooling",
+    ] {
         assert!(
             !err.contains(word),
             "no third-party line at -vvv ({word}): {err}"
@@ -136,24 +143,23 @@ async fn a_failed_amqp_login_logs_no_library_errors_and_no_password() {
     let pw = canary();
     for verbosity in [None, Some("-vv")] {
         let mut cmd = db.cmd();
-        cmd.args(["relay", "--once", "--sink"])
-            .arg(format!("amqp://guest:{pw}@127.0.0.1:5672/%2f?routing_key=x"));
+        cmd.args(["relay", "--once", "--sink"]).arg(format!(
+            "amqp://guest:{pw}@127.0.0.1:5672/%2f?routing_key=x"
+        ));
         if let Some(v) = verbosity {
             cmd.arg(v);
         }
         let out = cmd.output().unwrap();
         assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
         let err = stderr(&out);
-        assert!(
-            !err.contains(&pw) && !stdout(&out).contains(&pw),
-            "{err}"
-        );
+        assert!(!err.contains(&pw) && !stdout(&out).contains(&pw), "{err}");
         for line in err.lines() {
             assert!(
                 !line.contains(" ERROR "),
                 "no library ERROR lines on a login failure: {err}"
             );
         }
+        db.exec("UPDATE outbox SET available_at = now()").await;
     }
     let last_error: String = db
         .scalar("SELECT last_error FROM outbox WHERE id = 1")
@@ -190,7 +196,12 @@ fn a_bad_log_filter_is_a_usage_error_naming_the_variable() {
             .env(var, value)
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(3), "{var}={value}: {}", stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{var}={value}: {}",
+            stderr(&out)
+        );
     }
     let out = bin()
         .args(["stats", "--database-url", "postgres://nobody@127.0.0.1:1/x"])

@@ -55,12 +55,7 @@ async fn key_of(db: &TestDb, id: i64) -> String {
 }
 
 fn relay_json(out: &std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}{}",
-        stdout(out),
-        stderr(out)
-    );
+    assert!(out.status.success(), "{}{}", stdout(out), stderr(out));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", stdout(out)))
 }
 
@@ -285,11 +280,26 @@ async fn nats_row_headers_never_purge_block_or_replace_the_dedup_id() {
         .await,
     );
     // Not valid as NATS headers: dropped, the event still goes.
-    ids.push(insert(&db, "n-bad", r#"{"bad name":"x","a:b":"x","x-ml":"a\r\nb"}"#).await);
+    ids.push(
+        insert(
+            &db,
+            "n-bad",
+            r#"{"bad name":"x","a:b":"x","x-ml":"a\r\nb"}"#,
+        )
+        .await,
+    );
     let sink = format!("nats://{NATS}?subject={prefix}.{{event_type}}");
     let out = db
         .cmd()
-        .args(["relay", "--once", "--json", "--sink", &sink, "--batch-size", "1"])
+        .args([
+            "relay",
+            "--once",
+            "--json",
+            "--sink",
+            &sink,
+            "--batch-size",
+            "1",
+        ])
         .output()
         .unwrap();
     let v = relay_json(&out);
@@ -391,7 +401,11 @@ async fn amqp_row_headers_never_carry_broker_arguments_or_relay_properties() {
             Some(key_of(&db, id).await)
         );
         assert_eq!(
-            props.content_type().as_ref().map(|s| s.to_string()).as_deref(),
+            props
+                .content_type()
+                .as_ref()
+                .map(|s| s.to_string())
+                .as_deref(),
             Some("application/json")
         );
         let headers: Vec<String> = props
@@ -407,7 +421,9 @@ async fn amqp_row_headers_never_carry_broker_arguments_or_relay_properties() {
         assert_eq!(headers, want, "only plain headers pass");
         if id == ids[0] {
             let t = props.headers().clone().unwrap();
-            assert!(matches!(t.inner().get("keep"), Some(AMQPValue::LongString(s)) if s.to_string() == "1"));
+            assert!(
+                matches!(t.inner().get("keep"), Some(AMQPValue::LongString(s)) if s.to_string() == "1")
+            );
         }
     }
     ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default())

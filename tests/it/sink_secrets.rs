@@ -34,7 +34,10 @@ async fn start(cmd: &mut Command, port: u16) -> Server {
 }
 
 fn canary() -> String {
-    format!("PwCanary{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    format!(
+        "PwCanary{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
 }
 
 /// Runs `relay --once` against `sink` (default verbosity and -vv) and checks that `secret` is in
@@ -92,7 +95,14 @@ async fn redis_auth_failure_never_shows_the_password() {
     let _server = start(
         Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--requirepass", "the-real-one"]),
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--requirepass",
+                "the-real-one",
+            ]),
         port,
     )
     .await;

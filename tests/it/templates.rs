@@ -78,7 +78,10 @@ async fn placeholder_values_are_not_expanded_again() {
     let out = db
         .cmd()
         .args(["relay", "--once", "--sink", &server.url()])
-        .args(["--http-header", "X-Agg: {aggregate_id}/{event_type} {literal: 1}"])
+        .args([
+            "--http-header",
+            "X-Agg: {aggregate_id}/{event_type} {literal: 1}",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
