@@ -50,10 +50,15 @@ impl NatsSink {
         }
         let template = Template::parse(&subject, &format!("invalid --sink: subject `{subject}`"))
             .map_err(CodedError::usage)?;
+        let last_problem = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let mut opts = async_nats::ConnectOptions::new()
             .connection_timeout(timeout)
             .retry_on_initial_connect()
-            .name("outboxctl");
+            .name("outboxctl")
+            .event_callback(move |event| {
+                let last = std::sync::Arc::clone(&last_problem);
+                async move { log_connection_event(&last, &event) }
+            });
         if !url.username().is_empty() {
             let user = percent_decode(url.username());
             opts = match url.password() {
@@ -122,6 +127,30 @@ impl NatsSink {
         ack.await
             .map_err(|err| classify(&subject, &err.to_string()))?;
         Ok(())
+    }
+}
+
+/// The client connects and reconnects in the background, so a refused login (or a server going
+/// away) would only show as publish timeouts: say it at WARN, once per distinct problem, and when
+/// the connection is back. async-nats' own log lines are filtered out (see `logging`); its events
+/// name the problem (`authorization violation`) and never the credentials.
+fn log_connection_event(last: &std::sync::Mutex<String>, event: &async_nats::Event) {
+    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+    match event {
+        async_nats::Event::Connected => {
+            if !last.is_empty() {
+                tracing::info!(sink = "NATS", "NATS connection is back");
+                last.clear();
+            }
+        }
+        async_nats::Event::SlowConsumer(_) | async_nats::Event::Draining => {}
+        other => {
+            let text = other.to_string();
+            if *last != text {
+                tracing::warn!(sink = "NATS", problem = %text, "NATS connection problem");
+                *last = text;
+            }
+        }
     }
 }
 

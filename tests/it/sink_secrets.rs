@@ -80,7 +80,22 @@ async fn nats_auth_failure_never_shows_the_password() {
     let db = TestDb::new().await;
     db.seed_ready(2).await;
     let pw = canary();
-    // (The client retries in the background, so the error is the publish timeout.)
+    // The client retries in the background: the error stored is the publish timeout, the
+    // reason is a WARN.
+    let out = db
+        .cmd()
+        .args(["relay", "--once", "--publish-timeout", "3s", "--sink"])
+        .arg(format!(
+            "nats://obx:{pw}@127.0.0.1:{port}?subject=outbox.{{event_type}}"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&out).contains("authorization violation"),
+        "{}",
+        stderr(&out)
+    );
+    db.exec("UPDATE outbox SET available_at = now()").await;
     assert_hidden(
         &db,
         &format!("nats://obx:{pw}@127.0.0.1:{port}?subject=outbox.{{event_type}}"),
