@@ -40,6 +40,7 @@ pub const HTTP_FRAMING: &[&str] = &[
     "te",
     "trailer",
     "upgrade",
+    "http2-settings",
     "expect",
 ];
 /// Prefixes of HTTP headers that belong to a proxy or to the relay's signature.
