@@ -146,3 +146,24 @@ async fn amqp_login_failure_never_shows_the_password() {
     .await;
     assert!(err.contains("RabbitMQ"), "{err}");
 }
+
+#[tokio::test]
+async fn http_auth_failure_and_refused_connections_never_show_the_password_or_query() {
+    let db = TestDb::new().await;
+    db.seed_ready(2).await;
+    let pw = canary();
+    let server = crate::http_server::TestServer::start(0, |_| (401, vec![]));
+    let err = assert_hidden(
+        &db,
+        &format!("http://bob:{pw}@127.0.0.1:{}/in?token={pw}", server.port),
+        &pw,
+    )
+    .await;
+    assert!(err.contains("401"), "{err}");
+    assert_hidden(
+        &db,
+        &format!("http://bob:{pw}@127.0.0.1:9/in?token={pw}"),
+        &pw,
+    )
+    .await;
+}
