@@ -2,8 +2,9 @@
 //!
 //! `--sink 'nats://[user:pass@]host:4222?subject=outbox.{event_type}'`. Each message carries the
 //! JSON document as its body, the row's headers as NATS headers (never a `Nats-*` one: see
-//! [`HeaderPolicy::nats`]), and `Nats-Msg-Id` set to the idempotency key, so JetStream itself drops a re-publish within the stream's duplicate window
-//! (default 2 minutes): exactly once in effect, for the common crash-between-publish-and-mark case.
+//! [`HeaderPolicy::nats`]), and `Nats-Msg-Id` set to the idempotency key, so JetStream itself
+//! drops a re-publish within the stream's duplicate window (default 2 minutes): exactly once in
+//! effect, for the common crash-between-publish-and-mark case.
 //! A stream capturing the subjects must exist (the relay does not create one).
 
 use std::time::Duration;
@@ -143,7 +144,11 @@ fn log_connection_event(last: &std::sync::Mutex<String>, event: &async_nats::Eve
                 last.clear();
             }
         }
-        async_nats::Event::SlowConsumer(_) | async_nats::Event::Draining => {}
+        // Closed and draining are the relay's own doing (at exit); slow consumers are about
+        // subscriptions, which the relay has none of.
+        async_nats::Event::SlowConsumer(_)
+        | async_nats::Event::Draining
+        | async_nats::Event::Closed => {}
         other => {
             let text = other.to_string();
             if *last != text {
