@@ -76,7 +76,7 @@ const AMQP_RESERVED: &[&str] = &[
 
 /// Which row headers a transport may carry.
 pub struct HeaderPolicy {
-    /// The transport, for the WARN line: `HTTP`, `NATS`, `RabbitMQ`.
+    /// The transport, for the WARN line: `http`, `nats`, `amqp`.
     transport: &'static str,
     /// Reserved names, lower case.
     reserved: HashSet<String>,
@@ -112,7 +112,7 @@ impl HeaderPolicy {
             .collect();
         reserved.extend(configured.into_iter().map(str::to_ascii_lowercase));
         Self {
-            transport: "HTTP",
+            transport: "http",
             reserved,
             reserved_prefixes: HTTP_RESERVED_PREFIXES
                 .iter()
@@ -131,7 +131,7 @@ impl HeaderPolicy {
     /// `:`, values without CR/LF.
     pub fn nats() -> Self {
         Self {
-            transport: "NATS",
+            transport: "nats",
             reserved: HashSet::new(),
             reserved_prefixes: vec!["nats-"],
             reserved_why: "Nats-* headers control JetStream (dedup id, rollup, expectations)",
@@ -145,7 +145,7 @@ impl HeaderPolicy {
     /// `CC`/`BCC` (route copies to other queues) and the properties the relay sets.
     pub fn amqp() -> Self {
         Self {
-            transport: "RabbitMQ",
+            transport: "amqp",
             reserved: AMQP_RESERVED.iter().map(|s| s.to_string()).collect(),
             reserved_prefixes: vec!["x-"],
             reserved_why:

@@ -140,7 +140,7 @@ fn log_connection_event(last: &std::sync::Mutex<String>, event: &async_nats::Eve
     match event {
         async_nats::Event::Connected => {
             if !last.is_empty() {
-                tracing::info!(sink = "NATS", "NATS connection is back");
+                tracing::info!(sink = "nats", "NATS connection is back");
                 last.clear();
             }
         }
@@ -152,7 +152,7 @@ fn log_connection_event(last: &std::sync::Mutex<String>, event: &async_nats::Eve
         other => {
             let text = other.to_string();
             if *last != text {
-                tracing::warn!(sink = "NATS", problem = %text, "NATS connection problem");
+                tracing::warn!(sink = "nats", problem = %text, "NATS connection problem");
                 *last = text;
             }
         }
