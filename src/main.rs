@@ -1,15 +1,13 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = outboxctl::cli::Cli::parse();
+    let cli = outboxctl::cli::parse();
     outboxctl::logging::init(&cli.log, cli.is_daemon());
     match outboxctl::run(cli) {
         Ok(code) => outboxctl::exit::to_exit_code(code),
         Err(err) if outboxctl::exit::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            outboxctl::output::note(format_args!("error: {}", outboxctl::exit::message(&err)));
             outboxctl::exit::to_exit_code(outboxctl::exit::code_of(&err))
         }
     }

@@ -3,6 +3,7 @@
 mod amqp_sink;
 mod bench;
 mod cli;
+mod cli_args;
 mod common;
 mod dead;
 mod events;
@@ -11,6 +12,7 @@ mod http_server;
 mod http_sink;
 mod migrate;
 mod nats_sink;
+mod pipes;
 mod prune;
 mod publish;
 mod redis_sink;
