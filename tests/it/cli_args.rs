@@ -425,8 +425,34 @@ async fn quiet_commands_print_no_summary() {
             assert_eq!(stderr(&out), "", "{q} {args:?}");
         }
     }
+    // `events cancel` (the last command needing a pending row) and `dead export`.
+    let id: i64 = db
+        .scalar(
+            "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+             VALUES ('00000000-0000-0000-0000-000000000001', 'o', '1', 'a', '{}', 'quiet') RETURNING id",
+        )
+        .await;
+    let id = id.to_string();
+    for args in [
+        vec!["events", "reschedule", &id, "--delay", "0s"],
+        vec!["events", "cancel", "--dry-run", &id],
+        vec!["events", "cancel", &id, "--yes"],
+        vec!["dead", "export"],
+    ] {
+        let out = run({
+            let mut c = db.cmd();
+            c.arg("-q").args(&args);
+            c
+        });
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "", "{args:?}");
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
     let n: i64 = db.scalar("SELECT count(*) FROM outbox").await;
-    assert_eq!(n, 4, "quiet publishes still insert");
+    assert_eq!(
+        n, 4,
+        "quiet publishes still insert, quiet cancels still delete"
+    );
     let published: i64 = db
         .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
         .await;
@@ -474,4 +500,18 @@ fn version_shows_the_commit_and_build_date() {
         stdout(&out),
         v.replacen("outboxctl ", "outboxctl-relay ", 1)
     );
+}
+
+#[test]
+fn each_cause_of_an_error_is_printed_once() {
+    let out = run({
+        let mut c = bin();
+        c.arg("stats")
+            .env("DATABASE_URL", format!("{}?sslmode=bogus", base_url()));
+        c
+    });
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.matches("error with configuration").count(), 1, "{err}");
+    assert!(err.contains("unknown value \"bogus\""), "{err}");
 }
