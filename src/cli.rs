@@ -1268,6 +1268,35 @@ mod tests {
     }
 
     #[test]
+    fn shared_flags_after_the_subcommand_win_over_those_before_it() {
+        let schema = |args: &[&str]| match try_parse_from(args).unwrap().command {
+            Command::Stats(a) => (a.db.schema, a.output.json),
+            Command::Events(e) => match e.command {
+                EventsCommand::List(a) => (a.db.schema, a.output.json),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        let p = "outboxctl";
+        assert_eq!(
+            schema(&[p, "--schema", "a", "stats", "--schema", "b"]).0,
+            "b"
+        );
+        assert_eq!(schema(&[p, "--schema", "a", "stats"]).0, "a");
+        assert_eq!(schema(&[p, "--schema", "a", "events", "list"]).0, "a");
+        assert!(schema(&[p, "--json", "stats"]).1);
+        let err = try_parse_from([p, "--json", "completions", "bash"]).unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("`--json` does not apply to `outboxctl completions`"));
+        let err = try_parse_from([p, "--connect-timeout", "0s", "stats"]).unwrap_err();
+        assert!(
+            err.to_string().contains("must be greater than zero"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn durations() {
         for (input, ok) in [
             ("5m", true),
