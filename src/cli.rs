@@ -1060,10 +1060,10 @@ fn explain(err: clap::Error, cmd: &clap::Command, argv: &[std::ffi::OsString]) -
             a.to_str()
                 .is_some_and(|a| a == long || a.starts_with(&format!("{long}=")))
         });
-        if let Some(e) = env
-            .iter()
-            .find(|e| !typed && e.shown == *arg && e.value == value.as_str())
-        {
+        // A list variable (`OUTBOXCTL_EVENTS_STATE=ready,bogus`) fails on one of its items.
+        if let Some(e) = env.iter().find(|e| {
+            !typed && e.shown == *arg && e.value.to_string_lossy().contains(value.as_str())
+        }) {
             // Like --help, an error never shows a value from the environment: it may be a
             // secret put in the wrong variable. The variable's name says where to look.
             text = text.replacen(

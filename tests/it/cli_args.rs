@@ -162,6 +162,12 @@ fn an_invalid_environment_value_names_the_variable() {
         ("OUTBOXCTL_LEASE", "soon", &["relay", "--once"]),
         ("OUTBOXCTL_CONNECT_TIMEOUT", "0s", &["stats"]),
         ("OUTBOXCTL_STATS_BY", "colour", &["stats"]),
+        (
+            "OUTBOXCTL_EVENTS_STATE",
+            "ready,colour",
+            &["events", "list"],
+        ),
+        ("OUTBOXCTL_FILTER_SINCE", "colour", &["dead", "list"]),
     ] {
         let out = run({
             let mut c = bin();
@@ -170,6 +176,7 @@ fn an_invalid_environment_value_names_the_variable() {
         });
         assert_eq!(out.status.code(), Some(2), "{var}: {}", stderr(&out));
         assert!(stderr(&out).contains(var), "{var}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("colour"), "{var}: {}", stderr(&out));
     }
     // A flag on the command line is not blamed on the environment.
     let out = run({
