@@ -48,6 +48,7 @@ pub struct Cli {
 /// [`DatabaseArgs`] and [`OutputArgs`]: a flag after the subcommand wins over one before it,
 /// which wins over the environment variable, which wins over the default.
 #[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Shared options (also taken after the command, which wins)")]
 pub struct SharedArgs {
     /// PostgreSQL URL, for every command that connects (see its --help).
     #[arg(long = "database-url", id = "shared_database_url", value_name = "URL")]
