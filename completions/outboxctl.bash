@@ -194,7 +194,7 @@ _outboxctl() {
 
     case "${cmd}" in
         outboxctl)
-            opts="-v -q -h -V --verbose --quiet --log-format --help --version migrate publish relay stats dead dlq requeue events event prune completions demo bench help"
+            opts="-v -q -h -V --verbose --quiet --log-format --database-url --schema --connect-timeout --json --help --version migrate publish relay stats dead dlq requeue events event prune completions demo bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -202,6 +202,18 @@ _outboxctl() {
             case "${prev}" in
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --schema)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

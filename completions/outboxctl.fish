@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_outboxctl_global_optspecs
-    string join \n v/verbose q/quiet log-format= h/help V/version
+    string join \n v/verbose q/quiet log-format= database-url= schema= connect-timeout= json h/help V/version
 end
 
 function __fish_outboxctl_needs_command
@@ -26,8 +26,12 @@ end
 
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -l database-url -d 'PostgreSQL URL, for every command that connects (see its --help)' -r
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -l schema -d 'Schema holding the outbox tables, for every command that connects' -r
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -l connect-timeout -d 'Give up connecting after this long, for every command that connects' -r
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_needs_command" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -l json -d 'Print JSON on stdout, for every command that has --json'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "migrate" -d 'Create or upgrade the outbox schema (safe when several replicas run it at once)'
@@ -52,7 +56,7 @@ json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l status -l dry-run -d 'List applied and pending migrations; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -73,7 +77,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l log-form
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -103,7 +107,7 @@ json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l once -d 'Drain what is ready now, print a summary, exit'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -116,13 +120,13 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l log-format
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
@@ -148,7 +152,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -167,7 +171,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -177,7 +181,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -200,7 +204,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -223,7 +227,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -243,7 +247,7 @@ full\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from help" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
@@ -254,7 +258,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and not __fish_seen_subcommand_from list ls show discard rm export help" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
@@ -280,7 +284,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -299,7 +303,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -309,7 +313,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -332,7 +336,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -355,7 +359,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -375,7 +379,7 @@ full\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
@@ -405,13 +409,13 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l keep-att
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l dry-run -d 'List exactly what would be requeued; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "list" -d 'Events, newest first, with their state'
@@ -442,7 +446,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -467,7 +471,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -477,7 +481,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -490,7 +494,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -503,7 +507,7 @@ json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "list" -d 'Events, newest first, with their state'
@@ -514,7 +518,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "list" -d 'Events, newest first, with their state'
@@ -545,7 +549,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -570,7 +574,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from ls" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -580,7 +584,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -593,7 +597,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -606,7 +610,7 @@ json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "list" -d 'Events, newest first, with their state'
@@ -629,13 +633,13 @@ json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l dry-run -d 'Count what would be deleted; delete nothing (takes no lock)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -644,7 +648,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l connect-tim
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand demo" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
@@ -666,7 +670,7 @@ json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l keep-schema -d 'Keep the scratch schema afterwards (for EXPLAIN and poking around)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s q -l quiet -d 'Only errors'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "migrate" -d 'Create or upgrade the outbox schema (safe when several replicas run it at once)'

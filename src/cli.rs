@@ -7,7 +7,19 @@ use std::time::Duration;
 // On/off flags read their environment variable with FalseyValueParser: unset, empty, 0, false, no
 // and off are off; anything else (1, true, yes) is on. clap's default accepts only true/false.
 use clap::builder::FalseyValueParser;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+
+/// `--version`: the package version, the commit and the build date (from `build.rs`; `unknown`
+/// when built outside a git checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("OUTBOXCTL_GIT_COMMIT"),
+    ", built ",
+    env!("OUTBOXCTL_BUILD_DATE"),
+    ")"
+);
 
 /// Operate a transactional outbox on PostgreSQL: migrate, publish, relay, inspect, prune.
 ///
@@ -16,7 +28,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(
     name = "outboxctl",
-    version,
+    version = VERSION,
     propagate_version = true,
     max_term_width = 100
 )]
@@ -24,8 +36,35 @@ pub struct Cli {
     #[command(flatten)]
     pub log: LogArgs,
 
+    #[command(flatten)]
+    pub shared: SharedArgs,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The connection and output flags of the subcommands, also accepted before the subcommand
+/// (`outboxctl --schema x stats`). [`parse`] resolves them into the subcommand's own
+/// [`DatabaseArgs`] and [`OutputArgs`]: a flag after the subcommand wins over one before it,
+/// which wins over the environment variable, which wins over the default.
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Shared options (also taken after the command, which wins)")]
+pub struct SharedArgs {
+    /// PostgreSQL URL, for every command that connects (see its --help).
+    #[arg(long = "database-url", id = "shared_database_url", value_name = "URL")]
+    pub database_url: Option<String>,
+
+    /// Schema holding the outbox tables, for every command that connects.
+    #[arg(long = "schema", id = "shared_schema", value_name = "NAME")]
+    pub schema: Option<String>,
+
+    /// Give up connecting after this long, for every command that connects.
+    #[arg(long = "connect-timeout", id = "shared_connect_timeout", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub connect_timeout: Option<Duration>,
+
+    /// Print JSON on stdout, for every command that has --json.
+    #[arg(long = "json", id = "shared_json")]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -53,7 +92,8 @@ pub struct LogArgs {
     #[arg(short, long, global = true, action = clap::ArgAction::Count, env = "OUTBOXCTL_VERBOSE")]
     pub verbose: u8,
 
-    /// Only errors.
+    /// Only errors: no log lines below error and no summary lines ("inserted event 42"). Data
+    /// (tables, --json, relayed events) is still printed.
     #[arg(
         short,
         long,
@@ -216,8 +256,10 @@ pub struct PublishArgs {
 /// Delivery is at least once with a stable dedup id (the idempotency key); there is no ordering
 /// guarantee. Any number of relays may run at once, including `--once` beside a daemon.
 ///
-/// Exit codes with --once: 0 done (whatever the events' outcomes); 3 the database was unreachable;
-/// 5 the sink failed every publish attempt of the run.
+/// Exit codes with --once: 0 done, whatever the events' outcomes: also when events were retried
+/// or dead-lettered (a dead letter is handled, parked for `outboxctl dead`; alert on the
+/// summary's `dead_lettered` or on `stats`); 3 the database was unreachable; 5 the sink failed
+/// every publish attempt of the run.
 ///
 /// Examples:
 ///
@@ -909,28 +951,276 @@ pub struct PruneArgs {
     pub output: OutputArgs,
 }
 
+/// The clap command with the house rules applied to every argument of every subcommand:
+/// environment values are never shown (`[env: NAME]`, never `NAME=value`: a sink URL, a header
+/// or a payload may hold a secret). Everything a user sees (help, errors, completions) comes
+/// from this, not from `Cli::command()`.
+pub fn command() -> clap::Command {
+    fn rules(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| a.hide_env_values(true))
+            .mut_subcommands(rules)
+    }
+    rules(Cli::command())
+}
+
+/// Parses the process's command line with [`try_parse_from`]; on an error prints it and exits
+/// (2 for usage errors, 0 for --help and --version).
+pub fn parse() -> Cli {
+    try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+}
+
+/// Parses a command line with [`command`]'s rules, then resolves the shared flags given before
+/// the subcommand into the subcommand's own groups (see [`SharedArgs`]).
+///
+/// An empty environment variable counts as unset (`OUTBOXCTL_SCHEMA=` is the default schema).
+/// An invalid value that came from the environment is reported with the variable's name (and
+/// without the value), and usage lines in errors do not list what the environment provided as if
+/// it had been typed.
+pub fn try_parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let mut cmd = without_empty_env(command());
+    let matches = cmd
+        .try_get_matches_from_mut(&args)
+        .map_err(|e| explain(e, &cmd, &args))?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))?;
+    cli.resolve_shared(&matches)
+        .map_err(|msg| cmd.error(clap::error::ErrorKind::ArgumentConflict, msg))?;
+    Ok(cli)
+}
+
+/// Drops the env fallback of every argument whose variable is set but empty, so clap treats it
+/// as unset instead of parsing "" (clap reads the variables when the command is built).
+fn without_empty_env(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        let empty = a
+            .get_env()
+            .and_then(std::env::var_os)
+            .is_some_and(|v| v.is_empty());
+        if empty {
+            a.env(None)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(without_empty_env)
+}
+
+/// An argument whose value the environment provides in this run.
+struct FromEnv {
+    /// As clap shows it: `--batch-size <BATCH_SIZE>`.
+    shown: String,
+    var: String,
+    value: std::ffi::OsString,
+}
+
+fn args_from_env(cmd: &clap::Command, out: &mut Vec<FromEnv>) {
+    for a in cmd.get_arguments() {
+        if let Some(var) = a.get_env() {
+            if let Some(value) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+                out.push(FromEnv {
+                    shown: a.to_string(),
+                    var: var.to_string_lossy().into_owned(),
+                    value,
+                });
+            }
+        }
+    }
+    for sub in cmd.get_subcommands() {
+        args_from_env(sub, out);
+    }
+}
+
+/// Rewrites a clap error so that it names the environment variable an invalid value came from
+/// (hiding the value), and drops environment-provided arguments from its usage line (clap lists every argument that
+/// is present, which reads as if they were required or typed).
+fn explain(err: clap::Error, cmd: &clap::Command, argv: &[std::ffi::OsString]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        return err;
+    }
+    let mut env = Vec::new();
+    let mut built = cmd.clone();
+    built.build(); // an argument is shown as in the usage line only once built
+    args_from_env(&built, &mut env);
+    let rendered = err.render().to_string();
+    let mut text = rendered.clone();
+    if let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) = (
+        err.get(ContextKind::InvalidArg),
+        err.get(ContextKind::InvalidValue),
+    ) {
+        let long = arg.split(' ').next().unwrap_or(arg);
+        let typed = argv.iter().skip(1).any(|a| {
+            a.to_str()
+                .is_some_and(|a| a == long || a.starts_with(&format!("{long}=")))
+        });
+        // A list variable (`OUTBOXCTL_EVENTS_STATE=ready,bogus`) fails on one of its items.
+        if let Some(e) = env.iter().find(|e| {
+            !typed && e.shown == *arg && e.value.to_string_lossy().contains(value.as_str())
+        }) {
+            // Like --help, an error never shows a value from the environment: it may be a
+            // secret put in the wrong variable. The variable's name says where to look.
+            text = text.replacen(
+                &format!("invalid value '{value}' for '{arg}'"),
+                &format!(
+                    "invalid value for '{arg}' in the environment variable {} (value not shown)",
+                    e.var
+                ),
+                1,
+            );
+            for quoted in [
+                format!("`{value}`"),
+                format!("'{value}'"),
+                format!("\"{value}\""),
+            ] {
+                text = text.replace(&quoted, "the value");
+            }
+        }
+    }
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| match line.strip_prefix("Usage: ") {
+            Some(usage) => {
+                let mut usage = format!(" {usage} ");
+                for e in &env {
+                    for shown in [format!(" {}... ", e.shown), format!(" {} ", e.shown)] {
+                        usage = usage.replace(&shown, " ");
+                    }
+                }
+                format!("Usage: {}", usage.trim())
+            }
+            None => line.to_owned(),
+        })
+        .collect();
+    let mut text = lines.join("\n");
+    if rendered.ends_with('\n') {
+        text.push('\n');
+    }
+    if text == rendered {
+        return err;
+    }
+    clap::Error::raw(
+        err.kind(),
+        text.strip_prefix("error: ").unwrap_or(&text).to_owned(),
+    )
+}
+
+impl Cli {
+    /// Applies the flags given before the subcommand (see [`SharedArgs`]) to the subcommand's own
+    /// groups, unless the subcommand's flag was given on the command line itself. A shared flag
+    /// before a command that does not take it is an error.
+    fn resolve_shared(&mut self, matches: &ArgMatches) -> Result<(), String> {
+        let mut leaf = matches;
+        let mut path = Vec::new();
+        while let Some((name, sub)) = leaf.subcommand() {
+            path.push(name.to_owned());
+            leaf = sub;
+        }
+        let typed = |id: &str| leaf.value_source(id) == Some(ValueSource::CommandLine);
+        let refuse =
+            |flag: &str| format!("`{flag}` does not apply to `outboxctl {}`", path.join(" "));
+        let shared = self.shared.clone();
+        let (db, output) = self.command.shared_groups();
+        let db_flag = [
+            (shared.database_url.is_some(), "--database-url"),
+            (shared.schema.is_some(), "--schema"),
+            (shared.connect_timeout.is_some(), "--connect-timeout"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag));
+        match (db, db_flag) {
+            (None, Some(flag)) => return Err(refuse(flag)),
+            (Some(db), Some(_)) => {
+                if let (Some(v), false) = (shared.database_url, typed("database_url")) {
+                    db.database_url = Some(v);
+                }
+                if let (Some(v), false) = (shared.schema, typed("schema")) {
+                    db.schema = v;
+                }
+                if let (Some(v), false) = (shared.connect_timeout, typed("connect_timeout")) {
+                    db.connect_timeout = v;
+                }
+            }
+            (_, None) => {}
+        }
+        match (output, shared.json) {
+            (None, true) => return Err(refuse("--json")),
+            (Some(o), true) if !typed("json") => o.json = true,
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Command {
+    /// The shared groups of the command that runs, for [`Cli::resolve_shared`]. A new
+    /// subcommand with a `DatabaseArgs` or `OutputArgs` group is listed here.
+    fn shared_groups(&mut self) -> (Option<&mut DatabaseArgs>, Option<&mut OutputArgs>) {
+        match self {
+            Command::Migrate(a) => (Some(&mut a.db), Some(&mut a.output)),
+            Command::Publish(a) => (Some(&mut a.db), Some(&mut a.output)),
+            Command::Relay(a) => (Some(&mut a.db), Some(&mut a.output)),
+            Command::Stats(a) => (Some(&mut a.db), Some(&mut a.output)),
+            Command::Dead(d) => match &mut d.command {
+                DeadCommand::List(a) => (Some(&mut a.db), Some(&mut a.output)),
+                DeadCommand::Show(a) => (Some(&mut a.show.db), Some(&mut a.show.output)),
+                DeadCommand::Discard(a) => (Some(&mut a.db), Some(&mut a.output)),
+                DeadCommand::Export(a) => (Some(&mut a.db), None),
+            },
+            Command::Requeue(a) => (Some(&mut a.db), Some(&mut a.output)),
+            Command::Events(e) => match &mut e.command {
+                EventsCommand::List(a) => (Some(&mut a.db), Some(&mut a.output)),
+                EventsCommand::Show(a) => (Some(&mut a.show.db), Some(&mut a.show.output)),
+                EventsCommand::Cancel(a) => (Some(&mut a.db), Some(&mut a.output)),
+                EventsCommand::Reschedule(a) => (Some(&mut a.db), Some(&mut a.output)),
+            },
+            Command::Prune(a) => (Some(&mut a.db), Some(&mut a.output)),
+            Command::Completions(_) => (None, None),
+            Command::Demo(a) => (Some(&mut a.db), None),
+            Command::Bench(a) => (Some(&mut a.db), Some(&mut a.output)),
+        }
+    }
+}
+
+/// The longest duration any flag takes: 10 years (of 365.25 days, humantime's year). Longer is a
+/// typo, and would overflow the database's `now() + interval` or the microsecond count.
+pub const MAX_DURATION: Duration = Duration::from_secs(315_576_000);
+
 /// A uuid.
 pub fn parse_uuid(s: &str) -> Result<uuid::Uuid, String> {
     uuid::Uuid::parse_str(s.trim())
         .map_err(|_| format!("`{s}` is not a uuid (e.g. 2f6c1d3e-8a4b-4c55-9d1e-0a7b6c5d4e3f)"))
 }
 
-/// An RFC 3339 time, or a humantime duration meaning that long before now.
+/// An RFC 3339 time, a date (midnight UTC), or a humantime duration meaning that long before now.
 pub fn parse_time_or_ago(s: &str) -> Result<TimeArg, String> {
-    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
-        return Ok(TimeArg::At(t.with_timezone(&chrono::Utc)));
+    if let Some(t) = parse_time(s) {
+        return Ok(TimeArg::At(t));
     }
-    humantime::parse_duration(s.trim())
-        .map(TimeArg::Ago)
-        .map_err(|_| {
-            format!("`{s}` is neither an RFC 3339 time nor a duration; use e.g. 2026-12-01T09:00:00Z or 2h")
-        })
+    match humantime::parse_duration(s.trim()) {
+        Ok(_) => parse_duration(s).map(TimeArg::Ago),
+        Err(_) => Err(format!(
+            "`{s}` is neither an RFC 3339 time, a date nor a duration; use e.g. 2026-12-01T09:00:00Z, 2026-12-01 or 2h"
+        )),
+    }
 }
 
-/// A humantime duration (`5m`, `7d`, `250ms`).
+/// A humantime duration (`5m`, `7d`, `250ms`) of at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("`{s}` is not a duration ({e}); use e.g. 30s, 5m, 7d"))
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration ({e}); use e.g. 30s, 5m, 7d"))?;
+    if d > MAX_DURATION {
+        return Err(format!("`{s}` is longer than 10 years"));
+    }
+    Ok(d)
 }
 
 /// A humantime duration that must not be zero.
@@ -942,11 +1232,30 @@ pub fn parse_nonzero_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// An RFC 3339 timestamp.
+/// An RFC 3339 time or a date alone (midnight UTC), at most 10 years from now.
 pub fn parse_timestamp(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
-    chrono::DateTime::parse_from_rfc3339(s.trim())
-        .map(|t| t.with_timezone(&chrono::Utc))
-        .map_err(|e| format!("`{s}` is not an RFC 3339 time ({e}); use e.g. 2026-12-01T09:00:00Z"))
+    let t = parse_time(s).ok_or_else(|| {
+        format!(
+            "`{s}` is not an RFC 3339 time or a date; use e.g. 2026-12-01T09:00:00Z or 2026-12-01"
+        )
+    })?;
+    let limit = chrono::Utc::now() + chrono::Duration::from_std(MAX_DURATION).expect("fits");
+    if t > limit {
+        return Err(format!("`{s}` is more than 10 years from now"));
+    }
+    Ok(t)
+}
+
+/// RFC 3339 (`2026-12-01T09:00:00Z`, `+02:00`), or a date alone as midnight UTC.
+fn parse_time(s: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let s = s.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Some(t.with_timezone(&chrono::Utc));
+    }
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc())
 }
 
 #[cfg(test)]
@@ -957,6 +1266,36 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    #[test]
+    fn shared_flags_after_the_subcommand_win_over_those_before_it() {
+        let schema = |args: &[&str]| match try_parse_from(args).unwrap().command {
+            Command::Stats(a) => (a.db.schema, a.output.json),
+            Command::Events(e) => match e.command {
+                EventsCommand::List(a) => (a.db.schema, a.output.json),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        let p = "outboxctl";
+        assert_eq!(
+            schema(&[p, "--schema", "a", "stats", "--schema", "b"]).0,
+            "b"
+        );
+        assert_eq!(schema(&[p, "--schema", "a", "stats"]).0, "a");
+        assert_eq!(schema(&[p, "--schema", "a", "events", "list"]).0, "a");
+        assert!(schema(&[p, "--json", "stats"]).1);
+        let err = try_parse_from([p, "--json", "completions", "bash"]).unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("`--json` does not apply to `outboxctl completions`"));
+        let err = try_parse_from([p, "--connect-timeout", "0s", "stats"]).unwrap_err();
+        assert!(
+            err.to_string().contains("must be greater than zero"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -998,5 +1337,49 @@ mod tests {
         assert!(parse_timestamp("2026-12-01T09:00:00Z").is_ok());
         assert!(parse_timestamp("2026-12-01T09:00:00+02:00").is_ok());
         assert!(parse_timestamp("tomorrow").is_err());
+        assert_eq!(
+            parse_timestamp("2026-12-01").unwrap(),
+            parse_timestamp("2026-12-01T00:00:00Z").unwrap()
+        );
+        assert_eq!(
+            parse_time_or_ago("2026-12-01").unwrap(),
+            TimeArg::At(parse_timestamp("2026-12-01T00:00:00Z").unwrap())
+        );
+        assert!(parse_timestamp("2999-01-01T00:00:00Z").is_err());
+        assert!(parse_timestamp("1999-01-01").is_ok());
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        assert!(parse_duration("10years").is_ok());
+        assert!(parse_duration("3652d").is_ok());
+        for long in ["11years", "3653d", "100000000y"] {
+            let e = parse_duration(long).unwrap_err();
+            assert!(e.contains("10 years"), "{e}");
+        }
+        assert!(parse_time_or_ago("20000y")
+            .unwrap_err()
+            .contains("10 years"));
+    }
+
+    #[test]
+    fn no_environment_value_is_ever_shown() {
+        fn walk(cmd: &clap::Command, seen: &mut usize) {
+            for a in cmd.get_arguments() {
+                if a.get_env().is_some() {
+                    *seen += 1;
+                    assert!(
+                        a.is_hide_env_values_set(),
+                        "{} --{:?} shows its env value",
+                        cmd.get_name(),
+                        a.get_long()
+                    );
+                }
+            }
+            cmd.get_subcommands().for_each(|s| walk(s, seen));
+        }
+        let mut seen = 0;
+        walk(&command(), &mut seen);
+        assert!(seen > 100, "{seen}");
     }
 }

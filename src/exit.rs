@@ -14,6 +14,9 @@ pub const DATABASE: u8 = 3;
 pub const LOCKED: u8 = 4;
 /// `relay --once`: the sink failed every publish of the run.
 pub const SINK: u8 = 5;
+/// Stopped by SIGINT or SIGTERM before finishing (`demo`; the relay's second signal), after
+/// cleaning up what could be cleaned up.
+pub const INTERRUPTED: u8 = 130;
 
 /// An error that carries its exit code. Anything else maps to [`FAILURE`].
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +60,33 @@ pub fn code_of(err: &anyhow::Error) -> u8 {
         .unwrap_or(FAILURE)
 }
 
+/// The error as one line: its cause chain joined by ": ", each cause once.
+///
+/// Many error types print their source inside their own message (sqlx's
+/// `error with configuration: {source}`), so the plain `{:#}` chain says it twice, and such an
+/// error wrapping one of its own kind stutters within one message
+/// (`error with configuration: error with configuration: ...`). A cause that the message
+/// before it already ends with is left out, and a segment repeated right after itself is
+/// printed once.
+pub fn message(err: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || parts.last().is_some_and(|last| last.ends_with(&text)) {
+            continue;
+        }
+        parts.push(text);
+    }
+    let joined = parts.join(": ");
+    let mut out: Vec<&str> = Vec::new();
+    for segment in joined.split(": ") {
+        if out.last() != Some(&segment) {
+            out.push(segment);
+        }
+    }
+    out.join(": ")
+}
+
 pub fn to_exit_code(code: u8) -> ExitCode {
     ExitCode::from(code)
 }
@@ -87,5 +117,32 @@ mod tests {
             .unwrap_err();
         assert_eq!(code_of(&err), LOCKED);
         assert_eq!(code_of(&anyhow::anyhow!("plain")), FAILURE);
+    }
+
+    /// Like sqlx's `Error::Configuration`: prints its source inside its own message.
+    #[derive(Debug, thiserror::Error)]
+    #[error("error with configuration: {0}")]
+    struct Config(#[source] Box<dyn std::error::Error + Send + Sync>);
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let inner = Config("unknown value \"bogus\" for `ssl_mode`".into());
+        let err = anyhow::Error::new(Config(Box::new(inner))).context("invalid --database-url");
+        assert_eq!(
+            format!("{err:#}"),
+            "invalid --database-url: error with configuration: error with configuration: \
+             unknown value \"bogus\" for `ssl_mode`: error with configuration: unknown value \
+             \"bogus\" for `ssl_mode`: unknown value \"bogus\" for `ssl_mode`"
+        );
+        assert_eq!(
+            message(&err),
+            "invalid --database-url: error with configuration: unknown value \"bogus\" for `ssl_mode`"
+        );
+        // Distinct causes are all kept.
+        let err = Err::<(), _>(std::io::Error::other("refused"))
+            .context("cannot connect")
+            .context("stats")
+            .unwrap_err();
+        assert_eq!(message(&err), "stats: cannot connect: refused");
     }
 }

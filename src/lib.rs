@@ -26,6 +26,7 @@ impl Cli {
 
 /// Runs the parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    output::set_quiet(cli.log.quiet);
     if let Command::Completions(args) = cli.command {
         return cmd::completions::run(args);
     }

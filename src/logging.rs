@@ -20,6 +20,9 @@ pub fn init(args: &LogArgs, daemon: bool) -> Result<(), CodedError> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (a closed stderr) is dropped: tracing would
+        // otherwise report it with eprintln!, which panics on that same closed stderr.
+        .log_internal_errors(false)
         .with_target(false);
     let _ = match args.log_format {
         LogFormat::Json => builder.json().try_init(),

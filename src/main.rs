@@ -1,18 +1,19 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = outboxctl::cli::Cli::parse();
+    let cli = outboxctl::cli::parse();
     if let Err(err) = outboxctl::logging::init(&cli.log, cli.is_daemon()) {
-        let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("error: {err}\n"));
+        outboxctl::output::eprint_line(format_args!("error: {err}"));
         return outboxctl::exit::to_exit_code(err.code);
     }
     match outboxctl::run(cli) {
         Ok(code) => outboxctl::exit::to_exit_code(code),
         Err(err) if outboxctl::exit::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            outboxctl::output::eprint_line(format_args!(
+                "error: {}",
+                outboxctl::exit::message(&err)
+            ));
             outboxctl::exit::to_exit_code(outboxctl::exit::code_of(&err))
         }
     }

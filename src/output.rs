@@ -2,31 +2,110 @@
 //! whether to draw progress bars or colour.
 
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
+use comfy_table::{
+    presets::UTF8_FULL_CONDENSED, ColumnConstraint, ContentArrangement, Table, Width,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-/// The one table style every command uses. Width follows the terminal; tests pin it with
-/// `COLUMNS` and get plain ASCII with `NO_COLOR`.
+/// The one table style every command uses. Build it with this, print it with [`print_table`]
+/// (or render it with [`render_table`]).
+///
+/// Width: `COLUMNS` when it is a positive number (also on a pipe: `watch` sets it, and tests pin
+/// it), else the terminal's width when stdout is a terminal that reports one; otherwise (a pipe,
+/// or a terminal of unknown size such as a 0x0 pty) the table is not wrapped at all. Numbers,
+/// ids, times and other short values never wrap (see [`render_table`]).
 pub fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_header(header.iter().copied());
-    if let Some(w) = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse::<u16>().ok())
-    {
-        t.set_width(w);
+    let columns = std::env::var("COLUMNS").ok();
+    match table_width(columns.as_deref(), t.width()) {
+        Some(w) => {
+            t.set_width(w);
+        }
+        None => {
+            t.set_content_arrangement(ContentArrangement::Disabled);
+        }
     }
     t
+}
+
+/// The width to wrap a table to: `COLUMNS` if it is a positive number, else the detected
+/// terminal width if positive; `None` (do not wrap) when neither is known. 0 means unknown.
+pub fn table_width(columns: Option<&str>, terminal: Option<u16>) -> Option<u16> {
+    columns
+        .and_then(|c| c.trim().parse::<u16>().ok())
+        .filter(|&w| w > 0)
+        .or(terminal.filter(|&w| w > 0))
+}
+
+/// A cell up to this many characters is never wrapped: numbers, ids, uuids, times, durations.
+const UNBREAKABLE: usize = 36;
+
+/// The table as text, with every column at least as wide as its widest short cell (and its
+/// widest word): comfy-table would otherwise split `68599` into `6859` / `9` on a narrow
+/// terminal. Only long text (errors, payload previews) wraps.
+pub fn render_table(t: &Table) -> String {
+    let mut t = t.clone();
+    if !matches!(t.content_arrangement(), ContentArrangement::Disabled) {
+        let columns = t.column_count();
+        let header_word = |i: usize| {
+            t.header()
+                .and_then(|h| h.cell_iter().nth(i))
+                .map_or(0, |c| longest_word(&c.content()))
+        };
+        let widths: Vec<u16> = (0..columns)
+            .map(|i| {
+                t.column_cells_iter(i)
+                    .map(|cell| cell.map_or(0, |c| min_width(&c.content())))
+                    .chain([header_word(i)])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for (i, w) in widths.into_iter().enumerate() {
+            if let Some(c) = t.column_mut(i) {
+                if w > 0 && c.constraint().is_none() {
+                    // comfy-table counts the padding in a fixed width.
+                    let w = w.saturating_add(c.padding_width());
+                    c.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(w)));
+                }
+            }
+        }
+    }
+    t.to_string()
+}
+
+/// How narrow a cell's column may get: the whole cell when short, else its longest word.
+fn min_width(content: &str) -> u16 {
+    if content.chars().count() <= UNBREAKABLE {
+        content
+            .lines()
+            .map(|l| l.chars().count() as u16)
+            .max()
+            .unwrap_or(0)
+    } else {
+        longest_word(content).min(UNBREAKABLE as u16)
+    }
+}
+
+/// Headers and long text wrap between words, not inside them.
+fn longest_word(content: &str) -> u16 {
+    content
+        .split_whitespace()
+        .map(|w| w.chars().count().min(UNBREAKABLE) as u16)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Prints a table followed by a newline on stdout.
 pub fn print_table(t: &Table) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{t}")?;
+    writeln!(out, "{}", render_table(t))?;
     Ok(())
 }
 
@@ -45,6 +124,42 @@ pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
 pub fn print_line(text: impl std::fmt::Display) -> anyhow::Result<()> {
     writeln!(std::io::stdout().lock(), "{text}")?;
     Ok(())
+}
+
+/// Whether `-q` was given: set once by [`crate::run`], like the log filter, so that summaries
+/// deep in a command need no flag passed down.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// Prints a human summary line on stdout ("inserted event 42", "applied 3 migrations"), unless
+/// `-q`. Data (tables, JSON, relayed events) goes through the other functions and is printed
+/// whatever `-q` says.
+pub fn print_summary(text: impl std::fmt::Display) -> anyhow::Result<()> {
+    if quiet() {
+        return Ok(());
+    }
+    print_line(text)
+}
+
+/// Writes a line on stderr and ignores a failure: a closed stderr (`2>&1 | head`) must neither
+/// panic, as `eprintln!` does, nor change the exit code. For errors and other lines `-q` keeps.
+pub fn eprint_line(text: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// A human note on stderr ("showing the first 100 events", "exported 3 dead events"), unless
+/// `-q`; a closed stderr is ignored like in [`eprint_line`].
+pub fn note(text: impl std::fmt::Display) {
+    if !quiet() {
+        eprint_line(text);
+    }
 }
 
 /// Whether to draw a progress bar: only on a terminal, never in CI, never with --json.
@@ -125,6 +240,78 @@ mod tests {
         assert!(!color_wanted(true, true, Some("xterm")));
         assert!(!color_wanted(true, false, Some("dumb")));
         assert!(!color_wanted(false, false, None));
+    }
+
+    #[test]
+    fn zero_width_means_unknown() {
+        assert_eq!(table_width(Some("80"), Some(120)), Some(80));
+        assert_eq!(table_width(Some("0"), Some(120)), Some(120));
+        assert_eq!(table_width(Some(""), None), None);
+        assert_eq!(table_width(Some("wide"), Some(0)), None);
+        assert_eq!(table_width(None, Some(0)), None);
+        assert_eq!(table_width(None, None), None);
+    }
+
+    fn sample(width: u16) -> String {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED)
+            .set_content_arrangement(ContentArrangement::Dynamic)
+            .set_header([
+                "schema",
+                "ready",
+                "scheduled",
+                "in flight",
+                "dead",
+                "lag (due)",
+                "last error",
+            ])
+            .set_width(width);
+        t.add_row(vec![
+            "events_primary",
+            "68599",
+            "1234567",
+            "0",
+            "12",
+            "1m 40s",
+            "connection refused by the sink at https://hooks.example.com/outbox after 3 tries",
+        ]);
+        t.add_row(vec!["x", "7", "0", "0", "0", "2026-12-01T09:00:00Z", ""]);
+        render_table(&t)
+    }
+
+    #[test]
+    fn numbers_ids_and_times_never_wrap() {
+        for width in [20, 40, 60, 80, 200] {
+            let text = sample(width);
+            for whole in [
+                "68599",
+                "1234567",
+                "events_primary",
+                "1m 40s",
+                "2026-12-01T09:00:00Z",
+            ] {
+                assert!(
+                    text.lines().any(|l| l.contains(whole)),
+                    "width {width}: `{whole}` was split:\n{text}"
+                );
+            }
+        }
+        // Long text still wraps to fit when there is room for the rest, between words.
+        let text = sample(120);
+        assert!(text.lines().all(|l| l.chars().count() <= 120), "{text}");
+        assert!(!text
+            .lines()
+            .any(|l| l.contains("connection refused by the sink at https")));
+        assert!(text.lines().any(|l| l.contains("flight")), "{text}");
+        // And nothing changes where everything fits.
+        assert!(
+            sample(200)
+                .lines()
+                .any(|l| l.contains("in flight") && !l.contains("https"))
+                && sample(200)
+                    .lines()
+                    .any(|l| l.contains("at https://hooks.example.com/outbox after 3 tries"))
+        );
     }
 
     #[test]

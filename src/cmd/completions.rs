@@ -1,13 +1,12 @@
 //! `outboxctl completions SHELL`: completion scripts from the same clap definition as the parser.
 
-use clap::CommandFactory;
 use clap_complete::Shell;
 
-use crate::cli::{Cli, CompletionsArgs};
+use crate::cli::CompletionsArgs;
 
 /// The completion script for `shell`, as committed under `completions/`.
 pub fn script(shell: Shell) -> Vec<u8> {
-    let mut cmd = Cli::command();
+    let mut cmd = crate::cli::command();
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut cmd, "outboxctl", &mut buf);
     buf

@@ -136,7 +136,7 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
             if !rows.is_empty() {
                 view::print_dead_table(&rows)?;
             }
-            output::print_line(format_args!(
+            output::print_summary(format_args!(
                 "would discard {} (dry run: nothing changed)",
                 what(n)
             ))?;
@@ -144,7 +144,7 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
         return Ok(OK);
     }
     if n > 0 && !crate::confirm::confirm(args.confirm.yes, &format!("discard {}?", what(n)))? {
-        eprintln!("aborted; nothing was changed");
+        output::eprint_line("aborted; nothing was changed");
         return Ok(FAILURE);
     }
     let started = Instant::now();
@@ -163,7 +163,7 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
     if json {
         output::print_json(&report)?;
     } else {
-        output::print_line(format_args!(
+        output::print_summary(format_args!(
             "{}",
             summary("discarded", &report, report.discarded.unwrap_or(0))
         ))?;
@@ -230,11 +230,11 @@ async fn export(args: DeadExportArgs) -> anyhow::Result<u8> {
     out.flush()?;
     let what = output::plural(written, "dead event", "dead events");
     match args.format {
-        ExportFormat::Publish if written > 0 => eprintln!(
+        ExportFormat::Publish if written > 0 => output::note(format_args!(
             "exported {what}; they keep their idempotency keys, which `publish --file` skips \
              while the rows exist: discard them first (outboxctl dead discard ID...)"
-        ),
-        _ => eprintln!("exported {what}"),
+        )),
+        _ => output::note(format_args!("exported {what}")),
     }
     Ok(OK)
 }

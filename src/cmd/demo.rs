@@ -1,7 +1,10 @@
 //! `outboxctl demo`: the whole tool end to end in a scratch schema, with no broker. Narration goes
 //! to stderr, relayed events to stdout.
 
+use std::cell::Cell;
 use std::time::Duration;
+
+use anyhow::Context;
 
 use tokio_util::sync::CancellationToken;
 
@@ -9,13 +12,16 @@ use crate::cli::{DemoArgs, StatsBy};
 use crate::config::{DbConfig, Schema};
 use crate::relay::daemon::OnceLimits;
 use crate::relay::{Backoff, Mode, Relay, RelayConfig};
-use crate::{db, output};
+use crate::{db, exit, output};
 
 const EVENTS: &str = r#"{"event_type":"order.placed","aggregate_type":"order","aggregate_id":"1001","payload":{"total_cents":4200,"currency":"EUR"},"headers":{"schema-version":"1"},"idempotency_key":"order.placed:1001"}
 {"event_type":"order.placed","aggregate_type":"order","aggregate_id":"1002","payload":{"total_cents":1999,"currency":"EUR"},"idempotency_key":"order.placed:1002"}
 {"event_type":"order.placed","aggregate_type":"order","aggregate_id":"1001","payload":{"total_cents":4200,"currency":"EUR"},"idempotency_key":"order.placed:1001"}
 {"event_type":"invoice.reminder","aggregate_type":"invoice","aggregate_id":"77","payload":{"due":"tomorrow"},"idempotency_key":"invoice.reminder:77","delay":"2s"}"#;
 
+/// Runs the demo and drops its scratch schema however it ends: done, failed, interrupted
+/// (SIGINT/SIGTERM: exit code 130), or with its output closed (`outboxctl demo | head`: the
+/// narration is dropped, the demo goes on and exits 0).
 pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
     let mut db_args = args.db.clone();
     db_args.schema = format!("outboxctl_demo_{}", std::process::id());
@@ -25,21 +31,70 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
         cfg.display,
         cfg.schema.name()
     ));
-    let result = demo(&cfg).await;
+    let touched = Cell::new(false);
+    let outcome = tokio::select! {
+        r = demo(&cfg, &touched) => r.map(|()| exit::OK),
+        () = interrupted() => {
+            say("interrupted");
+            Ok(exit::INTERRUPTED)
+        }
+    };
+    if !touched.get() {
+        return outcome;
+    }
     say("dropping the scratch schema");
-    let mut conn = db::connect(&cfg).await?;
-    db::drop_schema(&mut conn, &cfg.schema).await?;
-    result?;
-    say("done");
-    Ok(crate::exit::OK)
+    let dropped = drop_scratch(&cfg).await;
+    match (outcome, dropped) {
+        (Ok(code), Ok(())) => {
+            if code == exit::OK {
+                say("done");
+            }
+            Ok(code)
+        }
+        (Ok(_), Err(d)) => Err(d),
+        (Err(e), Ok(())) => Err(e),
+        (Err(e), Err(d)) => {
+            output::eprint_line(format_args!("error: {}", exit::message(&d)));
+            Err(e)
+        }
+    }
 }
 
+/// The first SIGINT or SIGTERM.
+async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+async fn drop_scratch(cfg: &DbConfig) -> anyhow::Result<()> {
+    let schema = cfg.schema.name();
+    let mut conn = db::connect(cfg)
+        .await
+        .with_context(|| format!("could not drop the scratch schema `{schema}`"))?;
+    db::drop_schema(&mut conn, &cfg.schema)
+        .await
+        .with_context(|| format!("could not drop the scratch schema `{schema}`"))?;
+    Ok(())
+}
+
+/// Narration on stderr: silenced by -q, and a closed stderr is no reason to stop.
 fn say(s: &str) {
-    eprintln!("==> {s}");
+    output::note(format_args!("==> {s}"));
 }
 
-async fn demo(cfg: &DbConfig) -> anyhow::Result<()> {
+async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
     let mut conn = db::connect(cfg).await?;
+    touched.set(true);
     let applied = db::migrate::apply(&mut conn, &cfg.schema).await?;
     say(&format!("applied migrations {applied:?}"));
 
@@ -96,6 +151,6 @@ async fn show_stats(conn: &mut sqlx::PgConnection, schema: &Schema) -> anyhow::R
             f.published_last_hour.to_string(),
         ]);
     }
-    eprintln!("{t}");
+    output::note(output::render_table(&t));
     Ok(())
 }

@@ -270,7 +270,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     if args.dry_run {
         report(&ids, &[], true)?;
         if !json {
-            output::print_line(format_args!(
+            output::print_summary(format_args!(
                 "would cancel {what}: {} (dry run: nothing changed)",
                 id_list(&ids)
             ))?;
@@ -281,7 +281,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
         args.confirm.yes,
         &format!("cancel (delete) {what} ({})?", id_list(&ids)),
     )? {
-        eprintln!("aborted; nothing was changed");
+        output::eprint_line("aborted; nothing was changed");
         return Ok(FAILURE);
     }
 
@@ -304,7 +304,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     tx.commit().await?;
     report(&deleted, &[], false)?;
     if !json {
-        output::print_line(format_args!("cancelled {what}: {}", id_list(&deleted)))?;
+        output::print_summary(format_args!("cancelled {what}: {}", id_list(&deleted)))?;
     }
     Ok(OK)
 }
@@ -371,7 +371,7 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
         if json {
             report(&would, &[], true)?;
         } else {
-            output::print_line(format_args!(
+            output::print_summary(format_args!(
                 "would reschedule {what} to {target}: {} (dry run: nothing changed)",
                 id_list(&ids)
             ))?;
@@ -409,7 +409,7 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
             .first()
             .map(|m| view::time(m.available_at))
             .unwrap_or_default();
-        output::print_line(format_args!(
+        output::print_summary(format_args!(
             "rescheduled {what} to {due}: {}",
             id_list(&ids)
         ))?;

@@ -39,13 +39,13 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<u8> {
             migrations,
         })?;
     } else if applied.is_empty() {
-        output::print_line(format_args!(
+        output::print_summary(format_args!(
             "schema `{}` is up to date ({})",
             cfg.schema.name(),
             output::plural(migrations.len() as u64, "migration", "migrations")
         ))?;
     } else {
-        output::print_line(format_args!(
+        output::print_summary(format_args!(
             "applied {} to schema `{}`: {}",
             output::plural(applied.len() as u64, "migration", "migrations"),
             cfg.schema.name(),

@@ -280,7 +280,7 @@ fn print(report: &PruneReport, json: bool) -> anyhow::Result<()> {
     if json {
         output::print_json(report)
     } else {
-        output::print_line(format_args!("{}", report.summary_line()))?;
+        output::print_summary(format_args!("{}", report.summary_line()))?;
         Ok(())
     }
 }

@@ -89,17 +89,17 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
         output::print_json(&report)?;
     } else if args.file.is_none() {
         match report.events.first() {
-            Some(e) => output::print_line(format_args!(
+            Some(e) => output::print_summary(format_args!(
                 "inserted event {} (idempotency key {})",
                 e.id, e.idempotency_key
             ))?,
-            None => output::print_line(format_args!(
+            None => output::print_summary(format_args!(
                 "duplicate: an event with this idempotency key exists; nothing inserted"
             ))?,
         }
     } else {
         let secs = (report.elapsed_ms as f64 / 1000.0).max(0.001);
-        output::print_line(format_args!(
+        output::print_summary(format_args!(
             "inserted {}, skipped {} (idempotency key exists) in {} ({:.0} events/s)",
             output::plural(report.inserted, "event", "events"),
             output::plural(report.duplicates, "duplicate", "duplicates"),

@@ -1,6 +1,5 @@
 //! `outboxctl relay`: resolve flags into a [`Relay`], handle signals, run `--once` or the daemon.
 
-use std::io::Write;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -169,10 +168,12 @@ fn print_summary(s: &Summary<'_>, json: bool, sink_is_stdout: bool) -> anyhow::R
             r.lease_lost
         )
     };
-    if sink_is_stdout {
-        writeln!(std::io::stderr(), "{text}")?;
-    } else {
-        writeln!(std::io::stdout(), "{text}")?;
+    // JSON is data, printed whatever -q says; the text line is a summary that -q silences.
+    match (json, sink_is_stdout) {
+        (true, true) => output::eprint_line(text),
+        (true, false) => output::print_line(text)?,
+        (false, true) => output::note(text),
+        (false, false) => output::print_summary(text)?,
     }
     Ok(())
 }

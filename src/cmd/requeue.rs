@@ -63,7 +63,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
             if !rows.is_empty() {
                 view::print_dead_table(&rows)?;
             }
-            output::print_line(format_args!(
+            output::print_summary(format_args!(
                 "would requeue {what}, due {}, attempts {} (dry run: nothing changed)",
                 match args.delay {
                     None => "now".to_owned(),
@@ -111,7 +111,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
         if let (Some(d), true) = (args.delay, report.matched > 0) {
             line.push_str(&format!("; due in {}", output::human_duration(d)));
         }
-        output::print_line(format_args!("{line}"))?;
+        output::print_summary(format_args!("{line}"))?;
     }
     Ok(OK)
 }

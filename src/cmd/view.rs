@@ -134,10 +134,10 @@ pub fn print_list(
 }
 
 pub fn note_truncated(shown: usize) {
-    eprintln!(
+    output::note(format_args!(
         "showing the first {}; more match: raise --limit or narrow the filters",
         output::plural(shown as u64, "event", "events")
-    );
+    ));
 }
 
 fn pretty(v: &serde_json::Value) -> String {

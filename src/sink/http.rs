@@ -41,12 +41,18 @@ impl HttpSink {
         })?;
         let display = display_url(&url);
         let mut extra = Vec::new();
-        for h in &opts.http_headers {
+        // A header is often a credential: errors say which one (by position), never its text.
+        for (i, h) in opts.http_headers.iter().enumerate() {
+            let which = i + 1;
             let (name, value) = h.split_once(':').ok_or_else(|| {
-                CodedError::usage(format!("invalid --http-header `{h}`: use 'Name: value'"))
+                CodedError::usage(format!(
+                    "invalid --http-header number {which} (not shown; it may hold a secret): use 'Name: value'"
+                ))
             })?;
             let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-                CodedError::usage(format!("invalid --http-header `{h}`: bad header name"))
+                CodedError::usage(format!(
+                    "invalid --http-header number {which} (not shown; it may hold a secret): bad header name"
+                ))
             })?;
             let lower = name.as_str();
             if headers::HTTP_FRAMING.contains(&lower)

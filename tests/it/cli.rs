@@ -88,9 +88,9 @@ fn usage_errors_exit_2_and_say_what_is_wrong() {
         c.arg("--version");
         c
     }));
-    assert_eq!(
-        version,
-        format!("outboxctl {}\n", env!("CARGO_PKG_VERSION"))
+    assert!(
+        version.starts_with(&format!("outboxctl {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{version}"
     );
 }
 
@@ -106,6 +106,9 @@ fn hostile_or_invalid_schema_names_are_rejected_with_exit_2() {
         &"a".repeat(64),
     ] {
         for via_env in [false, true] {
+            if via_env && name.is_empty() {
+                continue; // an empty variable counts as unset: the default schema
+            }
             for args in CONNECTING {
                 let out = run({
                     let mut c = bin();

@@ -3,6 +3,7 @@
 mod amqp_sink;
 mod bench;
 mod cli;
+mod cli_args;
 mod common;
 mod dead;
 mod events;
@@ -12,6 +13,7 @@ mod http_sink;
 mod logs;
 mod migrate;
 mod nats_sink;
+mod pipes;
 mod prune;
 mod publish;
 mod redis_sink;
