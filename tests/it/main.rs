@@ -1,5 +1,6 @@
 //! The one integration test binary: real PostgreSQL, the real `outboxctl` binary, real sinks.
 
+mod adopt;
 mod amqp_sink;
 mod bench;
 mod cli;
