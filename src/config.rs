@@ -27,9 +27,17 @@ impl Schema {
                 "invalid --schema `{name}`: use 1-63 lowercase letters, digits or _, not starting with a digit"
             )));
         }
+        // PostgreSQL's system schemas: pg_catalog, pg_toast, pg_temp_N, pg_toast_temp_N (and the
+        // pg_temp alias) all start with pg_, a prefix CREATE SCHEMA reserves; information_schema is
+        // the one that does not. Installing the outbox into one of them must never happen.
         if name.starts_with("pg_") {
             return Err(CodedError::usage(format!(
-                "invalid --schema `{name}`: names starting with pg_ are reserved by PostgreSQL"
+                "invalid --schema `{name}`: names starting with pg_ are reserved for PostgreSQL's system schemas"
+            )));
+        }
+        if name == "information_schema" {
+            return Err(CodedError::usage(format!(
+                "invalid --schema `{name}`: it is a system schema (the SQL-standard catalog views)"
             )));
         }
         Ok(Self(name.to_owned()))
@@ -167,7 +175,7 @@ mod tests {
 
     #[test]
     fn schema_names() {
-        for ok in ["public", "events", "_x", "a1_b"] {
+        for ok in ["public", "events", "_x", "a1_b", "information", "my_pg_x"] {
             assert!(Schema::parse(ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -178,6 +186,11 @@ mod tests {
             "a;drop",
             "x\"y",
             "pg_temp",
+            "pg_temp_3",
+            "pg_toast_temp_1",
+            "pg_catalog",
+            "pg_toast",
+            "information_schema",
             &"a".repeat(64),
         ] {
             assert!(Schema::parse(bad).is_err(), "{bad}");

@@ -189,3 +189,43 @@ async fn status_lists_pending_then_applied_and_changes_nothing() {
         "{text}"
     );
 }
+
+#[test]
+fn system_schemas_are_refused_by_every_command_before_connecting() {
+    // Nothing listens on this port: a command that got as far as connecting would exit 3.
+    let nowhere = "postgres://postgres@127.0.0.1:18401/test";
+    for schema in [
+        "information_schema",
+        "pg_catalog",
+        "pg_toast",
+        "pg_temp",
+        "pg_temp_3",
+        "pg_toast_temp_3",
+    ] {
+        for args in [
+            &["migrate"][..],
+            &["migrate", "--status"],
+            &["stats"],
+            &["events", "list"],
+            &["relay", "--once", "--sink", "null"],
+        ] {
+            let out = crate::common::bin()
+                .args(args)
+                .args(["--schema", schema])
+                .env("DATABASE_URL", nowhere)
+                .output()
+                .unwrap();
+            let err = stderr(&out);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{args:?} --schema {schema}: {err}"
+            );
+            assert!(
+                err.contains(&format!("invalid --schema `{schema}`"))
+                    && err.contains("system schema"),
+                "{args:?} --schema {schema}: {err}"
+            );
+        }
+    }
+}
