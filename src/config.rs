@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
-use crate::cli::DatabaseArgs;
+use crate::cli::{AuditArgs, DatabaseArgs};
 use crate::exit::CodedError;
 
 /// A validated schema name: an identifier we quote ourselves, never pasted raw into SQL.
@@ -56,6 +56,48 @@ impl Schema {
     pub fn channel(&self) -> String {
         format!("outboxctl:{}", self.0)
     }
+}
+
+/// Who runs an auditable command: `--actor` / `OUTBOXCTL_ACTOR`, or `$USER@hostname`. Resolved
+/// once here; the SQL layer only receives the text.
+pub fn actor(args: &AuditArgs) -> Result<String, CodedError> {
+    let given = args
+        .actor
+        .as_deref()
+        .map(str::trim)
+        .filter(|a| !a.is_empty());
+    match given {
+        Some(a) => check_actor(a),
+        None => Ok(default_actor(
+            std::env::var("USER")
+                .ok()
+                .or_else(|| std::env::var("LOGNAME").ok()),
+            whoami::fallible::hostname().ok(),
+        )),
+    }
+}
+
+/// `user@host`; whoami's account name when USER and LOGNAME are unset (cron may not set USER),
+/// `unknown-host` when the host name cannot be read.
+pub fn default_actor(user: Option<String>, host: Option<String>) -> String {
+    let user = user
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(whoami::username);
+    let host = host
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{user}@{host}")
+}
+
+fn check_actor(a: &str) -> Result<String, CodedError> {
+    if a.chars().count() > 200 || a.chars().any(char::is_control) {
+        return Err(CodedError::usage(
+            "invalid --actor/OUTBOXCTL_ACTOR: use at most 200 characters, no control characters",
+        ));
+    }
+    Ok(a.to_owned())
 }
 
 /// Where and how to connect.
@@ -196,6 +238,28 @@ mod tests {
             assert!(Schema::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(Schema::parse("events").unwrap().quoted(), "\"events\"");
+    }
+
+    #[test]
+    fn actors() {
+        let a = |s: Option<&str>| {
+            actor(&AuditArgs {
+                actor: s.map(str::to_owned),
+            })
+        };
+        assert_eq!(a(Some(" alice ")).unwrap(), "alice");
+        assert!(a(Some("a\nb")).is_err());
+        assert!(a(Some(&"x".repeat(201))).is_err());
+        assert!(
+            a(Some("")).unwrap().contains('@'),
+            "empty means the default"
+        );
+        assert_eq!(
+            default_actor(Some("bob".into()), Some("db1".into())),
+            "bob@db1"
+        );
+        assert!(default_actor(Some("bob".into()), None).ends_with("@unknown-host"));
+        assert!(!default_actor(Some("".into()), Some("h".into())).starts_with('@'));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! Every connection's `search_path` is the configured schema (set at connect time from the
 //! validated [`Schema`](crate::config::Schema)), so statements name tables unqualified.
 
+pub mod audit;
 pub mod dead;
 pub mod events;
 pub mod migrate;

@@ -2,6 +2,7 @@
 
 mod adopt;
 mod amqp_sink;
+mod audit;
 mod bench;
 mod cli;
 mod common;
