@@ -51,9 +51,9 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
-    let event = db::events::get(&mut conn, args.id)
-        .await?
-        .ok_or_else(|| view::no_such_event(args.id, cfg.schema.name()))?;
+    let Some(event) = db::events::get(&mut conn, args.id).await? else {
+        return Err(missing(&mut conn, args.id, cfg.schema.name()).await?.into());
+    };
     if event.state != EventState::Dead {
         return Err(CodedError::usage(format!(
             "event {} is {}, not dead-lettered; see it with `outboxctl events show {}`",
@@ -72,6 +72,31 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
         view::print_event(&event, &requeues, &audit)?;
     }
     Ok(OK)
+}
+
+/// The error for an id that does not exist, saying who deleted it when the audit trail knows.
+pub(crate) async fn missing(
+    conn: &mut PgConnection,
+    id: i64,
+    schema: &str,
+) -> anyhow::Result<CodedError> {
+    let mut err = view::no_such_event(id, schema);
+    if db::events::table_exists(conn, "outbox_audit").await? {
+        if let Some(a) = db::audit::deletion(conn, id).await? {
+            err.message.push_str(&format!(
+                ": it was {} at {} by {} (role {})",
+                if a.action == "cancel" {
+                    "cancelled"
+                } else {
+                    "discarded"
+                },
+                view::time(Some(a.at)),
+                a.actor.as_deref().unwrap_or("unknown"),
+                a.db_role
+            ));
+        }
+    }
+    Ok(err)
 }
 
 /// The requeue history of an event and its whole audit trail; empty when the schema predates the

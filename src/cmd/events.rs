@@ -85,9 +85,11 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
-    let event = db::events::get(&mut conn, args.id)
-        .await?
-        .ok_or_else(|| view::no_such_event(args.id, cfg.schema.name()))?;
+    let Some(event) = db::events::get(&mut conn, args.id).await? else {
+        return Err(dead::missing(&mut conn, args.id, cfg.schema.name())
+            .await?
+            .into());
+    };
     let (requeues, audit) = dead::history(&mut conn, event.id).await?;
     if args.output.json {
         output::print_json(&view::EventDetail {

@@ -66,6 +66,19 @@ pub async fn history(conn: &mut PgConnection, event_id: i64) -> sqlx::Result<Vec
     .await
 }
 
+/// The audit row of the cancel or discard that deleted `event_id`, if one did (reads
+/// `outbox_audit_event_id_idx`). Lets `show` say what became of an id that no longer exists.
+pub async fn deletion(conn: &mut PgConnection, event_id: i64) -> sqlx::Result<Option<AuditRecord>> {
+    sqlx::query_as(
+        "SELECT id, at, action, event_id, actor, db_role, reason, previous, details
+           FROM outbox_audit WHERE event_id = $1 AND action IN ('cancel', 'discard')
+          ORDER BY id DESC LIMIT 1",
+    )
+    .bind(event_id)
+    .fetch_optional(conn)
+    .await
+}
+
 /// Records the end of a prune run in its audit row (if the run deleted anything, it has one):
 /// why it stopped, its batches and how long it took. The counts were added by each batch's own
 /// statement; a run killed before this keeps them, without a stop_reason.

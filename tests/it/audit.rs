@@ -138,6 +138,21 @@ async fn each_changing_command_writes_its_audit_row_with_the_actor_and_the_role(
     assert_eq!(at(resched.previous.as_ref().unwrap()), due_before);
     assert_eq!(at(resched.details.as_ref().unwrap()), due_after);
 
+    // `show` of a deleted event says who deleted it.
+    for (show, id, verb, who) in [
+        ("events", c, "cancelled", carol.as_str()),
+        ("dead", b, "discarded", "ops-bot"),
+    ] {
+        let out = run(&db, &[show, "show", &id.to_string()], 2);
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("no event with id {id}"))
+                && err.contains(&format!(": it was {verb} at "))
+                && err.contains(&format!(" by {who} (role {role})")),
+            "{err}"
+        );
+    }
+
     // The requeue is also visible through the old table's name, now a view.
     let (by, actor): (String, Option<String>) = db
         .row("SELECT requeued_by, actor FROM outbox_requeues")
