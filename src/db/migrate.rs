@@ -361,18 +361,39 @@ struct CatalogIndex {
 /// Reads the catalog entries of migration 1's tables in `schema` and compares them with
 /// migration 1. Reads only.
 async fn inspect(conn: &mut PgConnection, schema: &Schema) -> anyhow::Result<Existing> {
-    let tables: Vec<(String, String)> = sqlx::query_as(
+    let tables = catalog_tables(conn, schema).await?;
+    if tables.is_empty() {
+        return Ok(Existing::None);
+    }
+    let columns = catalog_columns(conn, schema).await?;
+    let indexes = catalog_indexes(conn, schema).await?;
+    Ok(compare(&tables, &columns, &indexes))
+}
+
+/// Migration 1's relations that exist in `schema`, with their relkind. By schema name, not
+/// `to_regclass`, so a same-named temporary table cannot stand in.
+async fn catalog_tables(
+    conn: &mut PgConnection,
+    schema: &Schema,
+) -> sqlx::Result<Vec<(String, String)>> {
+    sqlx::query_as(
         "SELECT c.relname::text, c.relkind::text
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
           WHERE n.nspname = $1 AND c.relname IN ('outbox', 'processed_messages')",
     )
     .bind(schema.name())
-    .fetch_all(&mut *conn)
-    .await?;
-    if tables.is_empty() {
-        return Ok(Existing::None);
-    }
-    let columns: Vec<CatalogColumn> = sqlx::query_as(
+    .fetch_all(conn)
+    .await
+}
+
+/// The columns of migration 1's tables as the catalog prints them: `format_type` for the type
+/// (`jsonb`, `timestamp with time zone`) and `pg_get_expr` for the default, which is how the
+/// specs above are written, so the comparison is of text.
+async fn catalog_columns(
+    conn: &mut PgConnection,
+    schema: &Schema,
+) -> sqlx::Result<Vec<CatalogColumn>> {
+    sqlx::query_as(
         "SELECT c.relname::text AS table_name, a.attname::text AS name,
                 format_type(a.atttypid, a.atttypmod) AS ty, a.attnotnull AS not_null,
                 pg_get_expr(d.adbin, d.adrelid) AS default,
@@ -386,11 +407,20 @@ async fn inspect(conn: &mut PgConnection, schema: &Schema) -> anyhow::Result<Exi
           ORDER BY c.relname, a.attnum",
     )
     .bind(schema.name())
-    .fetch_all(&mut *conn)
-    .await?;
-    let indexes: Vec<CatalogIndex> = sqlx::query_as(
+    .fetch_all(conn)
+    .await
+}
+
+/// The indexes of migration 1's tables (constraints are backed by one each): the part of
+/// `pg_get_indexdef` after `USING `, which leaves out the names of index, schema and table.
+async fn catalog_indexes(
+    conn: &mut PgConnection,
+    schema: &Schema,
+) -> sqlx::Result<Vec<CatalogIndex>> {
+    sqlx::query_as(
         "SELECT t.relname::text AS table_name, i.relname::text AS name,
-                substr(pg_get_indexdef(x.indexrelid), strpos(pg_get_indexdef(x.indexrelid), ' USING ') + 7) AS def,
+                substr(pg_get_indexdef(x.indexrelid),
+                       strpos(pg_get_indexdef(x.indexrelid), ' USING ') + 7) AS def,
                 x.indisunique AS is_unique, x.indisprimary AS is_primary,
                 x.indpred IS NOT NULL AS partial
            FROM pg_index x
@@ -400,9 +430,8 @@ async fn inspect(conn: &mut PgConnection, schema: &Schema) -> anyhow::Result<Exi
           WHERE n.nspname = $1 AND t.relname IN ('outbox', 'processed_messages')",
     )
     .bind(schema.name())
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(compare(&tables, &columns, &indexes))
+    .fetch_all(conn)
+    .await
 }
 
 /// The differences between the catalog entries and migration 1, one line each.
