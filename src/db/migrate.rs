@@ -583,3 +583,117 @@ fn compare(
         Existing::Differs(diffs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed_catalog() -> (Vec<(String, String)>, Vec<CatalogColumn>, Vec<CatalogIndex>) {
+        let tables = vec![
+            ("outbox".to_owned(), "r".to_owned()),
+            ("processed_messages".to_owned(), "r".to_owned()),
+        ];
+        let mut columns = Vec::new();
+        for (table, spec) in [
+            ("outbox", &OUTBOX_COLUMNS[..]),
+            ("processed_messages", &PROCESSED_COLUMNS[..]),
+        ] {
+            for c in spec {
+                columns.push(CatalogColumn {
+                    table_name: table.into(),
+                    name: c.name.into(),
+                    ty: c.ty.into(),
+                    not_null: c.not_null,
+                    default: c.default.map(str::to_owned),
+                    identity: String::new(),
+                    generated: String::new(),
+                });
+            }
+        }
+        let idx = |table: &str, name: &str, def: &str, unique, primary, partial| CatalogIndex {
+            table_name: table.into(),
+            name: name.into(),
+            def: def.into(),
+            is_unique: unique,
+            is_primary: primary,
+            partial,
+        };
+        let indexes = vec![
+            idx("outbox", "outbox_pkey", "btree (id)", true, true, false),
+            idx(
+                "outbox",
+                "outbox_idempotency_key_key",
+                "btree (idempotency_key)",
+                true,
+                false,
+                false,
+            ),
+            idx("outbox", READY_INDEX.0, READY_INDEX.1, false, false, true),
+            idx(
+                "processed_messages",
+                "processed_messages_pkey",
+                "btree (consumer, message_id)",
+                true,
+                true,
+                false,
+            ),
+        ];
+        (tables, columns, indexes)
+    }
+
+    #[test]
+    fn the_seed_catalog_matches() {
+        let (t, c, i) = seed_catalog();
+        assert_eq!(compare(&t, &c, &i), Existing::Matches);
+    }
+
+    #[test]
+    fn identity_ids_views_and_generated_columns_are_named() {
+        let (mut t, mut c, i) = seed_catalog();
+        let id = c.iter_mut().find(|c| c.name == "id").unwrap();
+        id.default = None;
+        id.identity = "d".into();
+        let pt = c.iter_mut().find(|c| c.name == "processed_at").unwrap();
+        pt.default = None;
+        pt.generated = "s".into();
+        assert_eq!(
+            compare(&t, &c, &i),
+            Existing::Differs(vec![
+                "column id is an identity column, migration 1 has a default of nextval('outbox_id_seq'::regclass)".into(),
+                "column processed_messages.processed_at is a generated column, migration 1 has a default of now()".into(),
+            ])
+        );
+        t[1].1 = "v".into();
+        let Existing::Differs(d) = compare(&t, &c, &i) else {
+            panic!("a view must differ")
+        };
+        assert!(
+            d.contains(&"processed_messages is a view, migration 1 has a table".to_owned()),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn extra_columns_are_fine_unless_they_break_inserts() {
+        let (t, mut c, i) = seed_catalog();
+        let extra = |name: &str, not_null, default: Option<&str>| CatalogColumn {
+            table_name: "outbox".into(),
+            name: name.into(),
+            ty: "text".into(),
+            not_null,
+            default: default.map(str::to_owned),
+            identity: String::new(),
+            generated: String::new(),
+        };
+        c.push(extra("trace_id", false, None));
+        c.push(extra("region", true, Some("'eu'::text")));
+        assert_eq!(compare(&t, &c, &i), Existing::Matches);
+        c.push(extra("owner", true, None));
+        assert_eq!(
+            compare(&t, &c, &i),
+            Existing::Differs(vec![
+                "column owner is an extra NOT NULL column without a default (outboxctl's inserts cannot fill it)".into()
+            ])
+        );
+    }
+}
