@@ -326,7 +326,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__dead__subcmd__discard)
-            opts="-y -v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --limit --batch-size --dry-run --yes --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --limit --batch-size --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -381,6 +381,10 @@ _outboxctl() {
                     return 0
                     ;;
                 --batch-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --actor)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -694,7 +698,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__cancel)
-            opts="-y -v -q -h -V --database-url --schema --connect-timeout --force --dry-run --yes --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --force --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -709,6 +713,10 @@ _outboxctl() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --actor)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -878,7 +886,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__reschedule)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --at --delay --dry-run --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --at --delay --dry-run --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -901,6 +909,10 @@ _outboxctl() {
                     return 0
                     ;;
                 --delay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --actor)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1270,7 +1282,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__prune)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --older-than --dead-older-than --processed-older-than --batch-size --sleep --max-duration --max-batches --dry-run --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --older-than --dead-older-than --processed-older-than --batch-size --sleep --max-duration --max-batches --dry-run --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1313,6 +1325,10 @@ _outboxctl() {
                     return 0
                     ;;
                 --max-batches)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --actor)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1500,7 +1516,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__requeue)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --limit --keep-attempts --delay --reason --batch-size --dry-run --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --limit --keep-attempts --delay --reason --batch-size --dry-run --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1563,6 +1579,10 @@ _outboxctl() {
                     return 0
                     ;;
                 --batch-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --actor)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -197,6 +197,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l batch-size -d 'Rows deleted per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from discard" -l all -d 'Every dead-lettered event (no filter)'
@@ -220,6 +221,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l batch-size -d 'Rows deleted per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dead; and __fish_seen_subcommand_from rm" -l all -d 'Every dead-lettered event (no filter)'
@@ -329,6 +331,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l batch-size -d 'Rows deleted per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l all -d 'Every dead-lettered event (no filter)'
@@ -352,6 +355,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l limit -d 'At most this many events, the most recently dead-lettered first' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l batch-size -d 'Rows deleted per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand dlq; and __fish_seen_subcommand_from rm" -l all -d 'Every dead-lettered event (no filter)'
@@ -402,6 +406,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l limit -d
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l delay -d 'Make the events due this long from now (database clock) instead of now, e.g. 10m' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l reason -d 'Why, recorded in the audit table' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l batch-size -d 'Rows updated per statement (each batch is its own short transaction)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -l all -d 'Every dead-lettered event (no filter)'
@@ -487,6 +492,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l force -d 'Also cancel in-flight (leased) events; see above for what that means'
@@ -502,6 +508,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l at -d 'Due at this time (RFC 3339); a past time makes them due now' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l delay -d 'Due this long from now (database clock), e.g. 30m; 0s makes them due now' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
@@ -590,6 +597,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l force -d 'Also cancel in-flight (leased) events; see above for what that means'
@@ -605,6 +613,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l at -d 'Due at this time (RFC 3339); a past time makes them due now' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l delay -d 'Due this long from now (database clock), e.g. 30m; 0s makes them due now' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
@@ -628,6 +637,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l batch-size
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l sleep -d 'Pause between batches (throttle), e.g. 50ms' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l max-duration -d 'Start no batch after this long (the cron window), e.g. 10m' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l max-batches -d 'Stop after this many batches' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l dry-run -d 'Count what would be deleted; delete nothing (takes no lock)'

@@ -430,6 +430,15 @@ pub struct ConfirmArgs {
     pub yes: bool,
 }
 
+/// Who is acting, for the audit trail (`outbox_audit`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct AuditArgs {
+    /// Who runs this, recorded in the audit row beside the database role, e.g. alice or
+    /// deploy-bot [default: $USER@hostname].
+    #[arg(long, env = "OUTBOXCTL_ACTOR", value_name = "NAME")]
+    pub actor: Option<String>,
+}
+
 /// Which events to act on. All given filters must match (AND). Text is always bound as a
 /// parameter, never pasted into SQL.
 #[derive(Debug, Args, Clone, Default)]
@@ -592,6 +601,9 @@ pub struct DeadDiscardArgs {
     pub confirm: ConfirmArgs,
 
     #[command(flatten)]
+    pub audit: AuditArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -690,8 +702,9 @@ pub enum ExportFormat {
 ///
 /// Resets dead_lettered_at, the lease (locked_until, claim_token), attempt_count (unless
 /// --keep-attempts) and available_at (now, or now + --delay). last_error is kept until the relay's
-/// next attempt. Each requeue is recorded in the `outbox_requeues` table (who, when, why, and the
-/// row's previous dead_lettered_at, attempt_count and last_error); `events show` lists it.
+/// next attempt. Each requeue is recorded in the audit table `outbox_audit` (actor, database role,
+/// when, why, and the row's previous dead_lettered_at, attempt_count and last_error); `events
+/// show` lists it.
 ///
 /// Safe while relays run: each batch is one statement that re-checks that the row is still dead,
 /// so a row is requeued at most once and relays claim it like any ready row.
@@ -744,6 +757,9 @@ pub struct RequeueArgs {
     /// List exactly what would be requeued; change nothing.
     #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
     pub dry_run: bool,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -841,6 +857,9 @@ pub struct CancelArgs {
     pub confirm: ConfirmArgs,
 
     #[command(flatten)]
+    pub audit: AuditArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -878,6 +897,9 @@ pub struct RescheduleArgs {
     /// Show what would be moved or refused; change nothing.
     #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
     pub dry_run: bool,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -946,6 +968,9 @@ pub struct PruneArgs {
     /// Count what would be deleted; delete nothing (takes no lock).
     #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
     pub dry_run: bool,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,

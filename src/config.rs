@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
-use crate::cli::DatabaseArgs;
+use crate::cli::{AuditArgs, DatabaseArgs};
 use crate::exit::CodedError;
 
 /// A validated schema name: an identifier we quote ourselves, never pasted raw into SQL.
@@ -27,9 +27,17 @@ impl Schema {
                 "invalid --schema `{name}`: use 1-63 lowercase letters, digits or _, not starting with a digit"
             )));
         }
+        // PostgreSQL's system schemas: pg_catalog, pg_toast, pg_temp_N, pg_toast_temp_N (and the
+        // pg_temp alias) all start with pg_, a prefix CREATE SCHEMA reserves; information_schema is
+        // the one that does not. Installing the outbox into one of them must never happen.
         if name.starts_with("pg_") {
             return Err(CodedError::usage(format!(
-                "invalid --schema `{name}`: names starting with pg_ are reserved by PostgreSQL"
+                "invalid --schema `{name}`: names starting with pg_ are reserved for PostgreSQL's system schemas"
+            )));
+        }
+        if name == "information_schema" {
+            return Err(CodedError::usage(format!(
+                "invalid --schema `{name}`: it is a system schema (the SQL-standard catalog views)"
             )));
         }
         Ok(Self(name.to_owned()))
@@ -48,6 +56,48 @@ impl Schema {
     pub fn channel(&self) -> String {
         format!("outboxctl:{}", self.0)
     }
+}
+
+/// Who runs an auditable command: `--actor` / `OUTBOXCTL_ACTOR`, or `$USER@hostname`. Resolved
+/// once here; the SQL layer only receives the text.
+pub fn actor(args: &AuditArgs) -> Result<String, CodedError> {
+    let given = args
+        .actor
+        .as_deref()
+        .map(str::trim)
+        .filter(|a| !a.is_empty());
+    match given {
+        Some(a) => check_actor(a),
+        None => Ok(default_actor(
+            std::env::var("USER")
+                .ok()
+                .or_else(|| std::env::var("LOGNAME").ok()),
+            whoami::fallible::hostname().ok(),
+        )),
+    }
+}
+
+/// `user@host`; whoami's account name when USER and LOGNAME are unset (cron may not set USER),
+/// `unknown-host` when the host name cannot be read.
+pub fn default_actor(user: Option<String>, host: Option<String>) -> String {
+    let user = user
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(whoami::username);
+    let host = host
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{user}@{host}")
+}
+
+fn check_actor(a: &str) -> Result<String, CodedError> {
+    if a.chars().count() > 200 || a.chars().any(char::is_control) {
+        return Err(CodedError::usage(
+            "invalid --actor/OUTBOXCTL_ACTOR: use at most 200 characters, no control characters",
+        ));
+    }
+    Ok(a.to_owned())
 }
 
 /// Where and how to connect.
@@ -167,7 +217,7 @@ mod tests {
 
     #[test]
     fn schema_names() {
-        for ok in ["public", "events", "_x", "a1_b"] {
+        for ok in ["public", "events", "_x", "a1_b", "information", "my_pg_x"] {
             assert!(Schema::parse(ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -178,11 +228,38 @@ mod tests {
             "a;drop",
             "x\"y",
             "pg_temp",
+            "pg_temp_3",
+            "pg_toast_temp_1",
+            "pg_catalog",
+            "pg_toast",
+            "information_schema",
             &"a".repeat(64),
         ] {
             assert!(Schema::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(Schema::parse("events").unwrap().quoted(), "\"events\"");
+    }
+
+    #[test]
+    fn actors() {
+        let a = |s: Option<&str>| {
+            actor(&AuditArgs {
+                actor: s.map(str::to_owned),
+            })
+        };
+        assert_eq!(a(Some(" alice ")).unwrap(), "alice");
+        assert!(a(Some("a\nb")).is_err());
+        assert!(a(Some(&"x".repeat(201))).is_err());
+        assert!(
+            a(Some("")).unwrap().contains('@'),
+            "empty means the default"
+        );
+        assert_eq!(
+            default_actor(Some("bob".into()), Some("db1".into())),
+            "bob@db1"
+        );
+        assert!(default_actor(Some("bob".into()), None).ends_with("@unknown-host"));
+        assert!(!default_actor(Some("".into()), Some("h".into())).starts_with('@'));
     }
 
     #[test]

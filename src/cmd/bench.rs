@@ -541,9 +541,14 @@ async fn prune(conn: &mut sqlx::PgConnection, rows: u64) -> anyhow::Result<Prune
     let mut batches = 0u64;
     let mut longest = Duration::ZERO;
     let mut from = None;
+    let mut audit = db::prune::PruneAudit {
+        actor: "outboxctl bench".to_owned(),
+        details: serde_json::json!({ "published": { "cutoff": cutoff, "deleted": 0 } }),
+        id: None,
+    };
     loop {
         let t = Instant::now();
-        let b = db::prune::delete_published(&mut *conn, cutoff, from, 5000).await?;
+        let b = db::prune::delete_published(&mut *conn, cutoff, from, 5000, &mut audit).await?;
         longest = longest.max(t.elapsed());
         if b.deleted == 0 {
             break;

@@ -13,7 +13,8 @@ use crate::cli::{
     DeadArgs, DeadCommand, DeadDiscardArgs, DeadExportArgs, DeadListArgs, ExportFormat, ShowArgs,
 };
 use crate::cmd::view;
-use crate::config::DbConfig;
+use crate::config::{self, DbConfig};
+use crate::db::audit::{Audit, AuditRecord};
 use crate::db::{self, events::EventRow, events::EventState, events::Scope};
 use crate::exit::{CodedError, FAILURE, OK};
 use crate::output;
@@ -50,9 +51,9 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
-    let event = db::events::get(&mut conn, args.id)
-        .await?
-        .ok_or_else(|| view::no_such_event(args.id, cfg.schema.name()))?;
+    let Some(event) = db::events::get(&mut conn, args.id).await? else {
+        return Err(missing(&mut conn, args.id, cfg.schema.name()).await?.into());
+    };
     if event.state != EventState::Dead {
         return Err(CodedError::usage(format!(
             "event {} is {}, not dead-lettered; see it with `outboxctl events show {}`",
@@ -60,28 +61,61 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
         ))
         .into());
     }
-    let history = history(&mut conn, event.id).await?;
+    let (requeues, audit) = history(&mut conn, event.id).await?;
     if args.output.json {
         output::print_json(&view::EventDetail {
             event: &event,
-            requeues: &history,
+            requeues: &requeues,
+            audit: &audit,
         })?;
     } else {
-        view::print_event(&event, &history)?;
+        view::print_event(&event, &requeues, &audit)?;
     }
     Ok(OK)
 }
 
-/// The requeue history of an event; empty when the audit table does not exist yet.
+/// The error for an id that does not exist, saying who deleted it when the audit trail knows.
+pub(crate) async fn missing(
+    conn: &mut PgConnection,
+    id: i64,
+    schema: &str,
+) -> anyhow::Result<CodedError> {
+    let mut err = view::no_such_event(id, schema);
+    if db::events::table_exists(conn, "outbox_audit").await? {
+        if let Some(a) = db::audit::deletion(conn, id).await? {
+            err.message.push_str(&format!(
+                ": it was {} at {} by {} (role {})",
+                if a.action == "cancel" {
+                    "cancelled"
+                } else {
+                    "discarded"
+                },
+                view::time(Some(a.at)),
+                a.actor.as_deref().unwrap_or("unknown"),
+                a.db_role
+            ));
+        }
+    }
+    Ok(err)
+}
+
+/// The requeue history of an event and its whole audit trail; empty when the schema predates the
+/// tables (migration 3 for requeues, 4 for the audit trail).
 pub(crate) async fn history(
     conn: &mut PgConnection,
     id: i64,
-) -> anyhow::Result<Vec<db::dead::RequeueRecord>> {
-    if db::events::table_exists(conn, "outbox_requeues").await? {
-        Ok(db::dead::history(conn, id).await?)
+) -> anyhow::Result<(Vec<db::dead::RequeueRecord>, Vec<AuditRecord>)> {
+    let requeues = if db::events::table_exists(conn, "outbox_requeues").await? {
+        db::dead::history(conn, id).await?
     } else {
-        Ok(Vec::new())
-    }
+        Vec::new()
+    };
+    let audit = if db::events::table_exists(conn, "outbox_audit").await? {
+        db::audit::history(conn, id).await?
+    } else {
+        Vec::new()
+    };
+    Ok((requeues, audit))
 }
 
 /// What `dead discard` and `requeue` print with --json.
@@ -111,8 +145,13 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let filter = EventFilter::from_args(&args.filter)?;
     let selection = Selection::resolve(&args.ids, filter, args.all, "discard")?;
+    let audit = Audit {
+        actor: config::actor(&args.audit)?,
+        reason: None,
+    };
     let json = args.output.json;
     let pool = db::pool_migrated(&cfg, 1).await?;
+    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
     let ids = select_dead(&mut conn, &selection, args.limit, "discard").await?;
     let n = ids.len() as u64;
@@ -148,7 +187,15 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
         return Ok(FAILURE);
     }
     let started = Instant::now();
-    let done = apply(&mut conn, &ids, args.batch_size, Action::Discard, json).await?;
+    let done = apply(
+        &mut conn,
+        &ids,
+        args.batch_size,
+        Action::Discard,
+        &audit,
+        json,
+    )
+    .await?;
     let report = BatchReport {
         dry_run: false,
         matched: n,
@@ -360,12 +407,13 @@ pub(crate) struct Applied {
 }
 
 /// Applies `action` to `ids` in batches (ascending id order), one statement and so one short
-/// transaction per batch, with a progress bar on a terminal.
+/// transaction per batch (writing its audit rows too), with a progress bar on a terminal.
 pub(crate) async fn apply(
     conn: &mut PgConnection,
     ids: &[i64],
     batch_size: u32,
     action: Action,
+    audit: &Audit,
     json: bool,
 ) -> anyhow::Result<Applied> {
     let mut sorted = ids.to_vec();
@@ -379,8 +427,8 @@ pub(crate) async fn apply(
     let mut batches = 0;
     for chunk in sorted.chunks(batch_size as usize) {
         let changed = match &action {
-            Action::Requeue(spec) => db::dead::requeue(conn, chunk, spec).await?,
-            Action::Discard => db::dead::discard(conn, chunk).await?,
+            Action::Requeue(spec) => db::dead::requeue(conn, chunk, spec, audit).await?,
+            Action::Discard => db::dead::discard(conn, chunk, audit).await?,
         };
         batches += 1;
         tracing::info!(batch = batches, rows = changed.len(), "{label}");

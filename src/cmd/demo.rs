@@ -96,7 +96,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
     let mut conn = db::connect(cfg).await?;
     touched.set(true);
     let applied = db::migrate::apply(&mut conn, &cfg.schema).await?;
-    say(&format!("applied migrations {applied:?}"));
+    say(&format!("applied migrations {:?}", applied.versions));
 
     say("publishing 4 JSON lines (one duplicate by idempotency key, one delayed by 2s)");
     let report = super::publish::publish_lines(&mut conn, EVENTS.as_bytes(), 100, false).await?;

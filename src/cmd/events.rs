@@ -16,8 +16,8 @@ use crate::cli::{
     CancelArgs, EventsArgs, EventsCommand, EventsListArgs, RescheduleArgs, ShowArgs, StateArg,
 };
 use crate::cmd::{dead, view};
-use crate::config::DbConfig;
-use crate::db::{self, events::EventState, events::Scope};
+use crate::config::{self, DbConfig};
+use crate::db::{self, audit::Audit, events::EventState, events::Scope};
 use crate::exit::{CodedError, FAILURE, OK};
 use crate::output;
 use crate::select::EventFilter;
@@ -85,17 +85,20 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
-    let event = db::events::get(&mut conn, args.id)
-        .await?
-        .ok_or_else(|| view::no_such_event(args.id, cfg.schema.name()))?;
-    let history = dead::history(&mut conn, event.id).await?;
+    let Some(event) = db::events::get(&mut conn, args.id).await? else {
+        return Err(dead::missing(&mut conn, args.id, cfg.schema.name())
+            .await?
+            .into());
+    };
+    let (requeues, audit) = dead::history(&mut conn, event.id).await?;
     if args.output.json {
         output::print_json(&view::EventDetail {
             event: &event,
-            requeues: &history,
+            requeues: &requeues,
+            audit: &audit,
         })?;
     } else {
-        view::print_event(&event, &history)?;
+        view::print_event(&event, &requeues, &audit)?;
     }
     Ok(OK)
 }
@@ -247,7 +250,12 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let ids = sorted_ids(&args.ids);
     let json = args.output.json;
+    let audit = Audit {
+        actor: config::actor(&args.audit)?,
+        reason: None,
+    };
     let pool = db::pool_migrated(&cfg, 1).await?;
+    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
     let report = |cancelled: &[i64], refused: &[Refusal], dry_run: bool| -> anyhow::Result<()> {
         if json {
@@ -293,7 +301,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
         report(&[], &refused, false)?;
         return Err(refusal_error("cancel", &refused).into());
     }
-    let mut deleted = db::events::delete_unpublished(&mut tx, &ids, args.force).await?;
+    let mut deleted = db::events::delete_unpublished(&mut tx, &ids, args.force, &audit).await?;
     deleted.sort_unstable();
     if deleted != ids {
         tx.rollback().await?;
@@ -335,7 +343,12 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
             .ok_or_else(|| CodedError::usage("--delay is too long; use at most 100 years"))?,
     };
     let json = args.output.json;
+    let audit = Audit {
+        actor: config::actor(&args.audit)?,
+        reason: None,
+    };
     let pool = db::pool_migrated(&cfg, 1).await?;
+    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
     let report = |moved: &[Moved], refused: &[Refusal], dry_run: bool| -> anyhow::Result<()> {
         if json {
@@ -387,7 +400,7 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
         report(&[], &refused, false)?;
         return Err(refusal_error("reschedule", &refused).into());
     }
-    let mut moved = db::events::reschedule(&mut tx, &ids, args.at, delay_micros).await?;
+    let mut moved = db::events::reschedule(&mut tx, &ids, args.at, delay_micros, &audit).await?;
     moved.sort_unstable_by_key(|m| m.0);
     if moved.iter().map(|m| m.0).collect::<Vec<_>>() != ids {
         tx.rollback().await?;

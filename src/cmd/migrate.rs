@@ -1,15 +1,21 @@
-//! `outboxctl migrate`: apply the embedded migrations, or show their status.
+//! `outboxctl migrate`: apply the embedded migrations (adopting seed-era tables that match
+//! migration 1), or show their status.
 
 use serde::Serialize;
 
 use crate::cli::MigrateArgs;
 use crate::config::DbConfig;
-use crate::db::{self, migrate::MigrationStatus};
+use crate::db::{
+    self,
+    migrate::{MigrationStatus, State},
+};
 use crate::output;
 
 #[derive(Debug, Serialize)]
 struct ApplyReport<'a> {
     schema: &'a str,
+    /// Existing seed-era tables were adopted as migration 1 (a baseline was recorded).
+    adopted: bool,
     applied: Vec<i64>,
     migrations: Vec<MigrationStatus>,
 }
@@ -18,38 +24,47 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let mut conn = db::connect(&cfg).await?;
     if args.status {
-        let migrations = db::migrate::status(&mut conn).await?;
+        let migrations = db::migrate::status(&mut conn, &cfg.schema).await?;
         if args.output.json {
             output::print_json(&ApplyReport {
                 schema: cfg.schema.name(),
+                adopted: false,
                 applied: vec![],
                 migrations,
             })?;
         } else {
-            print_status(&migrations)?;
+            print_status(cfg.schema.name(), &migrations)?;
         }
         return Ok(crate::exit::OK);
     }
-    let applied = db::migrate::apply(&mut conn, &cfg.schema).await?;
-    let migrations = db::migrate::status(&mut conn).await?;
+    let done = db::migrate::apply(&mut conn, &cfg.schema).await?;
+    let migrations = db::migrate::status(&mut conn, &cfg.schema).await?;
     if args.output.json {
         output::print_json(&ApplyReport {
             schema: cfg.schema.name(),
-            applied,
+            adopted: done.adopted,
+            applied: done.versions,
             migrations,
         })?;
-    } else if applied.is_empty() {
+        return Ok(crate::exit::OK);
+    }
+    if done.adopted {
+        output::print_summary(format_args!(
+            "adopted the existing outbox tables as migration 1 (baseline; they already matched it)"
+        ))?;
+    }
+    if done.versions.is_empty() && !done.adopted {
         output::print_summary(format_args!(
             "schema `{}` is up to date ({})",
             cfg.schema.name(),
             output::plural(migrations.len() as u64, "migration", "migrations")
         ))?;
-    } else {
+    } else if !done.versions.is_empty() {
         output::print_summary(format_args!(
             "applied {} to schema `{}`: {}",
-            output::plural(applied.len() as u64, "migration", "migrations"),
+            output::plural(done.versions.len() as u64, "migration", "migrations"),
             cfg.schema.name(),
-            applied
+            done.versions
                 .iter()
                 .map(|v| v.to_string())
                 .collect::<Vec<_>>()
@@ -59,19 +74,34 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<u8> {
     Ok(crate::exit::OK)
 }
 
-fn print_status(migrations: &[MigrationStatus]) -> anyhow::Result<()> {
+fn print_status(schema: &str, migrations: &[MigrationStatus]) -> anyhow::Result<()> {
     let mut t = output::table(&["version", "description", "state", "installed on"]);
     for m in migrations {
         t.add_row(vec![
             m.version.to_string(),
             m.description.clone(),
-            if m.applied {
-                "applied".into()
-            } else {
-                "pending".into()
-            },
+            m.state.as_str().to_owned(),
             m.installed_on.map(|t| t.to_rfc3339()).unwrap_or_default(),
         ]);
     }
-    output::print_table(&t)
+    output::print_table(&t)?;
+    for m in migrations {
+        match m.state {
+            State::Adoptable => output::print_line(format_args!(
+                "migration {}: schema `{schema}` already has its tables (created outside outboxctl) and they match; `outboxctl migrate` records it as applied (baseline) and applies the rest",
+                m.version
+            ))?,
+            State::Conflict => {
+                output::print_line(format_args!(
+                    "migration {}: schema `{schema}` already has its tables, but they differ, so `outboxctl migrate` refuses (exit 2):",
+                    m.version
+                ))?;
+                for d in &m.differences {
+                    output::print_line(format_args!("  {d}"))?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

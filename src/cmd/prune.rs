@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::cli::PruneArgs;
-use crate::config::DbConfig;
+use crate::config::{self, DbConfig};
 use crate::db;
 use crate::exit::{CodedError, OK};
 use crate::output;
@@ -186,8 +186,10 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
             wanted.push((t, micros(d, flag)?));
         }
     }
+    let actor = config::actor(&args.audit)?;
     let json = args.output.json;
     let pool = db::pool_migrated(&cfg, 1).await?;
+    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
 
     let mut plan = Vec::new();
@@ -231,13 +233,6 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
         return Ok(OK);
     }
 
-    if !db::events::table_exists(&mut conn, "outbox_locks").await? {
-        anyhow::bail!(
-            "schema `{}` has no prune lock table yet: run `outboxctl migrate --schema {}` first",
-            cfg.schema.name(),
-            cfg.schema.name()
-        );
-    }
     let stop = stop_on_signal()?;
     let holder = Uuid::new_v4();
     let ttl = micros(LOCK_TTL + args.sleep, "--sleep")?;
@@ -258,19 +253,49 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
         ))
         .into());
     }
+    let mut audit = db::prune::PruneAudit {
+        actor,
+        details: serde_json::Value::Object(
+            plan.iter()
+                .map(|(t, cutoff)| {
+                    (
+                        t.label().to_owned(),
+                        serde_json::json!({ "cutoff": cutoff, "deleted": 0 }),
+                    )
+                })
+                .collect(),
+        ),
+        id: None,
+    };
     let result = prune_locked(
         &mut conn,
         &args,
         &plan,
         &mut report,
+        &mut audit,
         holder,
         ttl,
         stop,
         json,
     )
     .await;
+    let finish = match (&result, audit.id) {
+        (Ok(()), Some(id)) => {
+            let why = serde_json::to_value(report.stop_reason)?;
+            db::audit::finish_prune(
+                &mut conn,
+                id,
+                why.as_str().unwrap_or_default(),
+                report.batches,
+                report.elapsed_ms,
+            )
+            .await
+        }
+        _ => Ok(()),
+    };
     let unlock = db::prune::unlock(&mut conn, LOCK_NAME, holder).await;
     result?;
+    finish?;
     unlock?;
     print(&report, json)?;
     Ok(OK)
@@ -336,6 +361,7 @@ async fn prune_locked(
     args: &PruneArgs,
     plan: &[(Target, DateTime<Utc>)],
     report: &mut PruneReport,
+    audit: &mut db::prune::PruneAudit,
     holder: Uuid,
     ttl_micros: i64,
     mut stop: watch::Receiver<bool>,
@@ -382,17 +408,18 @@ async fn prune_locked(
             let t0 = Instant::now();
             let deleted = match target {
                 Target::Published => {
-                    let b = db::prune::delete_published(conn, *cutoff, from_time, n).await?;
+                    let b = db::prune::delete_published(conn, *cutoff, from_time, n, audit).await?;
                     from_time = b.next.or(from_time);
                     b.deleted
                 }
                 Target::Dead => {
-                    let b = db::prune::delete_dead(conn, *cutoff, from_time, n).await?;
+                    let b = db::prune::delete_dead(conn, *cutoff, from_time, n, audit).await?;
                     from_time = b.next.or(from_time);
                     b.deleted
                 }
                 Target::Processed => {
-                    let b = db::prune::delete_processed(conn, *cutoff, from_tid.clone(), n).await?;
+                    let b = db::prune::delete_processed(conn, *cutoff, from_tid.clone(), n, audit)
+                        .await?;
                     from_tid = b.next.or(from_tid);
                     b.deleted
                 }

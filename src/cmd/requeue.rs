@@ -10,8 +10,8 @@ use std::time::Instant;
 use crate::cli::RequeueArgs;
 use crate::cmd::dead::{self, Action, BatchReport};
 use crate::cmd::view;
-use crate::config::DbConfig;
-use crate::db;
+use crate::config::{self, DbConfig};
+use crate::db::{self, audit::Audit};
 use crate::exit::{CodedError, OK};
 use crate::output;
 use crate::select::{EventFilter, Selection};
@@ -31,16 +31,14 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
         Some("") => return Err(CodedError::usage("--reason must not be empty").into()),
         r => r.map(str::to_owned),
     };
+    let audit = Audit {
+        actor: config::actor(&args.audit)?,
+        reason,
+    };
     let json = args.output.json;
     let pool = db::pool_migrated(&cfg, 1).await?;
+    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
-    if !db::events::table_exists(&mut conn, "outbox_requeues").await? {
-        anyhow::bail!(
-            "schema `{}` has no requeue audit table yet: run `outboxctl migrate --schema {}` first",
-            cfg.schema.name(),
-            cfg.schema.name()
-        );
-    }
     let ids = dead::select_dead(&mut conn, &selection, args.limit, "requeue").await?;
     let n = ids.len() as u64;
     let what = output::plural(n, "dead event", "dead events");
@@ -83,13 +81,13 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     let spec = db::dead::RequeueSpec {
         keep_attempts: args.keep_attempts,
         delay_micros,
-        reason,
     };
     let done = dead::apply(
         &mut conn,
         &ids,
         args.batch_size,
         Action::Requeue(spec),
+        &audit,
         json,
     )
     .await?;

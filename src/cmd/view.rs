@@ -5,6 +5,7 @@ use std::io::Write;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::db::audit::AuditRecord;
 use crate::db::dead::RequeueRecord;
 use crate::db::events::EventRow;
 use crate::exit::CodedError;
@@ -19,12 +20,14 @@ pub struct EventList<'a> {
     pub events: &'a [EventRow],
 }
 
-/// One event as `show --json` prints it: every column, plus its requeue history.
+/// One event as `show --json` prints it: every column, plus its requeue history and its whole
+/// audit trail (requeues, reschedules), oldest first.
 #[derive(Debug, Serialize)]
 pub struct EventDetail<'a> {
     #[serde(flatten)]
     pub event: &'a EventRow,
     pub requeues: &'a [RequeueRecord],
+    pub audit: &'a [AuditRecord],
 }
 
 /// "2026-03-01 09:30:00Z"; "-" for none.
@@ -152,7 +155,11 @@ fn indent(text: &str) -> String {
 }
 
 /// One event in full, for humans.
-pub fn print_event(e: &EventRow, requeues: &[RequeueRecord]) -> anyhow::Result<()> {
+pub fn print_event(
+    e: &EventRow,
+    requeues: &[RequeueRecord],
+    audit: &[AuditRecord],
+) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let fields: [(&str, String); 15] = [
@@ -184,6 +191,13 @@ pub fn print_event(e: &EventRow, requeues: &[RequeueRecord]) -> anyhow::Result<(
         Some(err) => writeln!(out, "last error:\n{}", indent(err))?,
         None => writeln!(out, "last error:       -")?,
     }
+    if !audit.is_empty() {
+        writeln!(out, "history:")?;
+        for a in audit {
+            writeln!(out, "  {}", audit_line(a))?;
+        }
+        return Ok(());
+    }
     for (i, r) in requeues.iter().enumerate() {
         writeln!(
             out,
@@ -206,6 +220,61 @@ pub fn print_event(e: &EventRow, requeues: &[RequeueRecord]) -> anyhow::Result<(
         )?;
     }
     Ok(())
+}
+
+/// One audit row for humans: "2026-12-01 09:30:00Z requeue by alice@host (role app) (broker
+/// fixed): was dead since ... after 10 attempts; due ...".
+pub fn audit_line(a: &AuditRecord) -> String {
+    let field = |v: &Option<serde_json::Value>, k: &str| -> Option<serde_json::Value> {
+        v.as_ref().and_then(|v| v.get(k)).cloned()
+    };
+    let when = |v: Option<serde_json::Value>| {
+        v.and_then(|v| serde_json::from_value::<Option<DateTime<Utc>>>(v).ok())
+            .flatten()
+    };
+    let what = match a.action.as_str() {
+        "requeue" => format!(
+            "was dead since {} after {}; due {}{}",
+            time(when(field(&a.previous, "dead_lettered_at"))),
+            output::plural(
+                field(&a.previous, "attempt_count")
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0),
+                "attempt",
+                "attempts"
+            ),
+            time(when(field(&a.details, "available_at"))),
+            if field(&a.details, "kept_attempts").and_then(|v| v.as_bool()) == Some(true) {
+                ", attempts kept"
+            } else {
+                ""
+            }
+        ),
+        "reschedule" => format!(
+            "due {} -> {}",
+            time(when(field(&a.previous, "available_at"))),
+            time(when(field(&a.details, "available_at")))
+        ),
+        "cancel" | "discard" => format!(
+            "deleted while {}",
+            field(&a.previous, "state")
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_else(|| "?".into())
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{} {} by {} (role {}){}{}{what}",
+        time(Some(a.at)),
+        a.action,
+        a.actor.as_deref().unwrap_or("unknown"),
+        a.db_role,
+        a.reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default(),
+        if what.is_empty() { "" } else { ": " },
+    )
 }
 
 /// The error for an id that does not exist.

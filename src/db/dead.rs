@@ -1,4 +1,4 @@
-//! Dead-letter statements: requeue (with its audit row) and discard, one batch of ids each.
+//! Dead-letter statements: requeue and discard (each with its audit rows), one batch of ids each.
 //!
 //! Both re-check in the statement itself that a row is still dead-lettered, under the row lock, so
 //! they are safe beside relays and beside each other: a row is requeued or discarded at most once,
@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
 
+use super::audit::{deleted_row_json, Audit};
+
 /// How to requeue.
 #[derive(Debug, Clone)]
 pub struct RequeueSpec {
@@ -15,19 +17,18 @@ pub struct RequeueSpec {
     pub keep_attempts: bool,
     /// available_at = now() + this.
     pub delay_micros: i64,
-    /// Recorded in the audit row.
-    pub reason: Option<String>,
 }
 
 /// Requeues those of `ids` that are still dead: clears dead_lettered_at and the lease
 /// (locked_until, claim_token, so a stale settle from an old claim matches nothing), resets
-/// attempt_count unless asked not to, sets available_at, and writes one `outbox_requeues` row per
-/// event with its previous values, all in one statement. last_error is kept. Returns the ids
-/// requeued.
+/// attempt_count unless asked not to, sets available_at, and writes one `outbox_audit` row per
+/// event (actor, reason, previous dead_lettered_at / attempt_count / last_error, the new
+/// available_at), all in one statement. last_error is kept. Returns the ids requeued.
 pub async fn requeue(
     conn: &mut PgConnection,
     ids: &[i64],
     spec: &RequeueSpec,
+    audit: &Audit,
 ) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar(
         "WITH old AS (
@@ -47,29 +48,45 @@ pub async fn requeue(
               WHERE o.id = old.id
           RETURNING o.id, o.available_at, old.dead_lettered_at, old.attempt_count, old.last_error
          )
-         INSERT INTO outbox_requeues
-                (event_id, reason, previous_dead_lettered_at, previous_attempt_count,
-                 previous_last_error, kept_attempts, available_at)
-         SELECT id, $4, dead_lettered_at, attempt_count, last_error, $2, available_at
+         INSERT INTO outbox_audit (action, event_id, actor, reason, previous, details)
+         SELECT 'requeue', id, $5, $4,
+                jsonb_build_object('dead_lettered_at', dead_lettered_at,
+                                   'attempt_count', attempt_count, 'last_error', last_error),
+                jsonb_build_object('kept_attempts', $2, 'available_at', available_at)
            FROM requeued
          RETURNING event_id",
     )
     .bind(ids)
     .bind(spec.keep_attempts)
     .bind(spec.delay_micros)
-    .bind(spec.reason.as_deref())
+    .bind(audit.reason.as_deref())
+    .bind(&audit.actor)
     .fetch_all(conn)
     .await
 }
 
-/// Deletes those of `ids` that are still dead-lettered. Returns the ids deleted.
-pub async fn discard(conn: &mut PgConnection, ids: &[i64]) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
-        "DELETE FROM outbox
-          WHERE id = ANY($1) AND dead_lettered_at IS NOT NULL AND published_at IS NULL
-         RETURNING id",
-    )
+/// Deletes those of `ids` that are still dead-lettered and writes one `outbox_audit` row per
+/// deleted event (its values but payload and headers), in one statement. Returns the ids deleted.
+pub async fn discard(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    audit: &Audit,
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(concat!(
+        "WITH d AS (
+             DELETE FROM outbox
+              WHERE id = ANY($1) AND dead_lettered_at IS NOT NULL AND published_at IS NULL
+             RETURNING id, ",
+        deleted_row_json!(),
+        " AS previous
+         )
+         INSERT INTO outbox_audit (action, event_id, actor, reason, previous)
+         SELECT 'discard', id, $2, $3, previous FROM d
+         RETURNING event_id"
+    ))
     .bind(ids)
+    .bind(&audit.actor)
+    .bind(audit.reason.as_deref())
     .fetch_all(conn)
     .await
 }

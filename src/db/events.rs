@@ -9,6 +9,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 use uuid::Uuid;
 
+use super::audit::{deleted_row_json, Audit};
 use crate::cli::TimeArg;
 use crate::select::EventFilter;
 
@@ -303,42 +304,73 @@ pub async fn lock_states(
 }
 
 /// Deletes unpublished rows among `ids`; leased ones only with `force`. The state is re-checked in
-/// the statement. Returns the ids deleted.
+/// the statement, which also writes one `outbox_audit` row per deleted event (its values but
+/// payload and headers, and whether --force was given). Returns the ids deleted.
 pub async fn delete_unpublished(
     conn: &mut PgConnection,
     ids: &[i64],
     force: bool,
+    audit: &Audit,
 ) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
-        "DELETE FROM outbox
-          WHERE id = ANY($1) AND published_at IS NULL
-            AND ($2 OR locked_until IS NULL OR locked_until < now())
-         RETURNING id",
-    )
+    sqlx::query_scalar(concat!(
+        "WITH d AS (
+             DELETE FROM outbox
+              WHERE id = ANY($1) AND published_at IS NULL
+                AND ($2 OR locked_until IS NULL OR locked_until < now())
+             RETURNING id, ",
+        deleted_row_json!(),
+        " AS previous
+         )
+         INSERT INTO outbox_audit (action, event_id, actor, reason, previous, details)
+         SELECT 'cancel', id, $3, $4, previous, jsonb_build_object('force', $2) FROM d
+         RETURNING event_id"
+    ))
     .bind(ids)
     .bind(force)
+    .bind(&audit.actor)
+    .bind(audit.reason.as_deref())
     .fetch_all(conn)
     .await
 }
 
 /// Moves available_at of pending, unleased rows among `ids` to `at`, or to now + `delay_micros`.
-/// The state is re-checked in the statement. Returns each id moved and its new due time.
+/// The state is re-checked in the statement, which also writes one `outbox_audit` row per moved
+/// event (previous and new available_at). Returns each id moved and its new due time.
 pub async fn reschedule(
     conn: &mut PgConnection,
     ids: &[i64],
     at: Option<DateTime<Utc>>,
     delay_micros: i64,
+    audit: &Audit,
 ) -> sqlx::Result<Vec<(i64, DateTime<Utc>)>> {
     sqlx::query_as(
-        "UPDATE outbox
-            SET available_at = coalesce($2, now() + $3::bigint * interval '1 microsecond')
-          WHERE id = ANY($1) AND published_at IS NULL AND dead_lettered_at IS NULL
-            AND (locked_until IS NULL OR locked_until < now())
-         RETURNING id, available_at",
+        "WITH old AS (
+             SELECT id, available_at
+               FROM outbox
+              WHERE id = ANY($1) AND published_at IS NULL AND dead_lettered_at IS NULL
+                AND (locked_until IS NULL OR locked_until < now())
+              ORDER BY id
+                FOR UPDATE
+         ), moved AS (
+             UPDATE outbox o
+                SET available_at = coalesce($2, now() + $3::bigint * interval '1 microsecond')
+               FROM old
+              WHERE o.id = old.id
+          RETURNING o.id, o.available_at, old.available_at AS previous_available_at
+         ), audited AS (
+             INSERT INTO outbox_audit (action, event_id, actor, reason, previous, details)
+             SELECT 'reschedule', id, $4, $5,
+                    jsonb_build_object('available_at', previous_available_at),
+                    jsonb_build_object('available_at', available_at)
+               FROM moved
+         )
+         SELECT id, available_at FROM moved",
     )
     .bind(ids)
     .bind(at)
     .bind(delay_micros)
+    .bind(&audit.actor)
+    .bind(audit.reason.as_deref())
     .fetch_all(conn)
     .await
 }

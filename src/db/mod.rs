@@ -4,6 +4,7 @@
 //! Every connection's `search_path` is the configured schema (set at connect time from the
 //! validated [`Schema`](crate::config::Schema)), so statements name tables unqualified.
 
+pub mod audit;
 pub mod dead;
 pub mod events;
 pub mod migrate;
@@ -100,19 +101,47 @@ pub async fn drop_schema(
     .map(|_| ())
 }
 
-/// Fails with a clear message when the schema has no outbox table.
-pub async fn ensure_migrated<'e>(
-    exec: impl sqlx::PgExecutor<'e>,
+/// Fails with a clear message when the schema has no outbox table, or lacks a migration up to
+/// [`migrate::RELAY_SCHEMA`] (the relay's columns, which every reading command selects too): e.g.
+/// a seed-era table the application created that `migrate` has not adopted yet.
+pub async fn ensure_migrated<'a>(
+    conn: impl sqlx::Acquire<'a, Database = sqlx::Postgres>,
     cfg: &DbConfig,
 ) -> anyhow::Result<()> {
+    ensure_migrated_through(conn, cfg, migrate::RELAY_SCHEMA).await
+}
+
+/// Like [`ensure_migrated`], for a command that needs every migration up to `through`.
+pub async fn ensure_migrated_through<'a>(
+    conn: impl sqlx::Acquire<'a, Database = sqlx::Postgres>,
+    cfg: &DbConfig,
+    through: i64,
+) -> anyhow::Result<()> {
+    let mut conn = conn.acquire().await?;
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox') IS NOT NULL")
-        .fetch_one(exec)
+        .fetch_one(&mut *conn)
         .await?;
+    let name = cfg.schema.name();
     if !exists {
         anyhow::bail!(
-            "no outbox table in schema `{}`: run `outboxctl migrate --schema {}` first",
-            cfg.schema.name(),
-            cfg.schema.name()
+            "no outbox table in schema `{name}`: run `outboxctl migrate --schema {name}` first"
+        );
+    }
+    let missing = migrate::missing_through(&mut conn, through).await?;
+    if !missing.is_empty() {
+        let list = missing
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let why = if missing.contains(&1) {
+            " (its outbox table was created outside outboxctl, e.g. by the application from seed 000; `migrate` adopts it)"
+        } else {
+            ""
+        };
+        anyhow::bail!(
+            "schema `{name}` lacks {} {list} that this command needs{why}: run `outboxctl migrate --schema {name}` first",
+            if missing.len() == 1 { "migration" } else { "migrations" }
         );
     }
     Ok(())

@@ -1,4 +1,5 @@
-//! Prune statements: one short DELETE per batch, and the lease that keeps prunes from overlapping.
+//! Prune statements: one short DELETE per batch (which also counts into the run's audit row), and
+//! the lease that keeps prunes from overlapping.
 //!
 //! Each batch picks at most `n` ctids with a bounded index (or TID range) scan and deletes them in
 //! the same statement, re-checking the retention predicate in the DELETE itself: a row that is
@@ -52,15 +53,58 @@ pub async fn count_processed(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> 
         .await
 }
 
+/// A prune run's audit row. It is created by the first batch that deletes anything (a run that
+/// deletes nothing changed nothing and leaves no row), in that batch's statement; every later
+/// batch adds its count to it in its own statement, so the row's counts are exactly what was
+/// committed, even when the run is killed between batches.
+#[derive(Debug, Clone)]
+pub struct PruneAudit {
+    pub actor: String,
+    /// The row's initial `details`: `{"<table>": {"cutoff": ..., "deleted": 0}, ...}` for each
+    /// table the run prunes.
+    pub details: serde_json::Value,
+    /// The row, once a batch has created it.
+    pub id: Option<i64>,
+}
+
+/// The end of every batch statement: given CTE `n(n, next)` (rows deleted, where to resume),
+/// creates the run's audit row (`$4` is NULL) or adds `n` to it (`$4` is its id) at the path `$7`
+/// (e.g. `{published,deleted}`) of its details; `$5` actor, `$6` initial details. Returns
+/// deleted, next, and the audit row's id.
+macro_rules! prune_audit_tail {
+    () => {
+        ", created AS (
+             INSERT INTO outbox_audit (action, actor, details)
+             SELECT 'prune', $5, jsonb_set($6::jsonb, $7::text[], to_jsonb(n.n))
+               FROM n WHERE $4::bigint IS NULL AND n.n > 0
+             RETURNING id
+         ), counted AS (
+             UPDATE outbox_audit a
+                SET details = jsonb_set(a.details, $7::text[],
+                        to_jsonb(coalesce((a.details #>> $7::text[])::bigint, 0) + n.n))
+               FROM n WHERE a.id = $4::bigint AND n.n > 0
+             RETURNING a.id
+         )
+         SELECT n.n, n.next, coalesce((SELECT id FROM created), (SELECT id FROM counted), $4::bigint)
+           FROM n"
+    };
+}
+
+fn audit_path(table: &str) -> Vec<String> {
+    vec![table.to_owned(), "deleted".to_owned()]
+}
+
 /// Deletes up to `n` events published before `cutoff`, oldest first, starting at `from` (the
-/// previous batch's `next`). Reads a range of `outbox_published_at_idx`.
+/// previous batch's `next`), and counts them into the run's audit row. Reads a range of
+/// `outbox_published_at_idx`.
 pub async fn delete_published(
     conn: &mut PgConnection,
     cutoff: DateTime<Utc>,
     from: Option<DateTime<Utc>>,
     n: u32,
+    audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<DateTime<Utc>>> {
-    let (deleted, next): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
+    let (deleted, next, id): (i64, Option<DateTime<Utc>>, Option<i64>) = sqlx::query_as(concat!(
         "WITH d AS (
              DELETE FROM outbox
               WHERE ctid = ANY(ARRAY(
@@ -70,29 +114,37 @@ pub async fn delete_published(
                          ORDER BY published_at
                          LIMIT $3))
                 AND published_at < $1
-             RETURNING published_at)
-         SELECT count(*), max(published_at) FROM d",
-    )
+             RETURNING published_at
+         ), n AS (SELECT count(*) AS n, max(published_at) AS next FROM d)",
+        prune_audit_tail!()
+    ))
     .bind(cutoff)
     .bind(from)
     .bind(i64::from(n))
+    .bind(audit.id)
+    .bind(&audit.actor)
+    .bind(&audit.details)
+    .bind(audit_path("published"))
     .fetch_one(conn)
     .await?;
+    audit.id = id;
     Ok(Batch {
         deleted: deleted as u64,
         next,
     })
 }
 
-/// Deletes up to `n` dead letters dead-lettered before `cutoff`, oldest first, starting at `from`.
-/// Reads a range of `outbox_dead_idx`. A row requeued meanwhile is no longer dead and stays.
+/// Deletes up to `n` dead letters dead-lettered before `cutoff`, oldest first, starting at `from`,
+/// and counts them into the run's audit row. Reads a range of `outbox_dead_idx`. A row requeued
+/// meanwhile is no longer dead and stays.
 pub async fn delete_dead(
     conn: &mut PgConnection,
     cutoff: DateTime<Utc>,
     from: Option<DateTime<Utc>>,
     n: u32,
+    audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<DateTime<Utc>>> {
-    let (deleted, next): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
+    let (deleted, next, id): (i64, Option<DateTime<Utc>>, Option<i64>) = sqlx::query_as(concat!(
         "WITH d AS (
              DELETE FROM outbox
               WHERE ctid = ANY(ARRAY(
@@ -104,14 +156,20 @@ pub async fn delete_dead(
                          LIMIT $3))
                 AND dead_lettered_at < $1
                 AND published_at IS NULL
-             RETURNING dead_lettered_at)
-         SELECT count(*), max(dead_lettered_at) FROM d",
-    )
+             RETURNING dead_lettered_at
+         ), n AS (SELECT count(*) AS n, max(dead_lettered_at) AS next FROM d)",
+        prune_audit_tail!()
+    ))
     .bind(cutoff)
     .bind(from)
     .bind(i64::from(n))
+    .bind(audit.id)
+    .bind(&audit.actor)
+    .bind(&audit.details)
+    .bind(audit_path("dead"))
     .fetch_one(conn)
     .await?;
+    audit.id = id;
     Ok(Batch {
         deleted: deleted as u64,
         next,
@@ -120,14 +178,16 @@ pub async fn delete_dead(
 
 /// Deletes up to `n` processed_messages rows processed before `cutoff`, walking the heap in ctid
 /// order from `from` (a TID range scan: the table has no index on processed_at, and this never
-/// rereads the pages already pruned). A row skipped here is only left for the next run.
+/// rereads the pages already pruned), and counts them into the run's audit row. A row skipped
+/// here is only left for the next run.
 pub async fn delete_processed(
     conn: &mut PgConnection,
     cutoff: DateTime<Utc>,
     from: Option<String>,
     n: u32,
+    audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<String>> {
-    let (deleted, next): (i64, Option<String>) = sqlx::query_as(
+    let (deleted, next, id): (i64, Option<String>, Option<i64>) = sqlx::query_as(concat!(
         "WITH d AS (
              DELETE FROM processed_messages
               WHERE ctid = ANY(ARRAY(
@@ -136,14 +196,20 @@ pub async fn delete_processed(
                            AND processed_at < $1
                          LIMIT $3))
                 AND processed_at < $1
-             RETURNING ctid)
-         SELECT count(*), max(ctid)::text FROM d",
-    )
+             RETURNING ctid
+         ), n AS (SELECT count(*) AS n, max(ctid)::text AS next FROM d)",
+        prune_audit_tail!()
+    ))
     .bind(cutoff)
     .bind(from)
     .bind(i64::from(n))
+    .bind(audit.id)
+    .bind(&audit.actor)
+    .bind(&audit.details)
+    .bind(audit_path("processed_messages"))
     .fetch_one(conn)
     .await?;
+    audit.id = id;
     Ok(Batch {
         deleted: deleted as u64,
         next,

@@ -117,7 +117,7 @@ pub async fn ids(db: &TestDb, sql: &str) -> Vec<i64> {
 pub async fn snapshot(db: &TestDb) -> String {
     db.scalar(
         "SELECT coalesce(md5(string_agg(o::text, '|' ORDER BY id)), '')
-                || (SELECT count(*) FROM outbox_requeues)::text
+                || (SELECT count(*) FROM outbox_audit)::text
            FROM outbox o",
     )
     .await

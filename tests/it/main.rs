@@ -1,6 +1,8 @@
 //! The one integration test binary: real PostgreSQL, the real `outboxctl` binary, real sinks.
 
+mod adopt;
 mod amqp_sink;
+mod audit;
 mod bench;
 mod cli;
 mod cli_args;

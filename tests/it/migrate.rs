@@ -6,7 +6,7 @@ async fn fresh_apply_creates_the_seed_schema_and_rerun_is_a_no_op() {
     let out = db.cmd().arg("migrate").output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains("applied 3 migrations"),
+        stdout(&out).contains("applied 4 migrations"),
         "{}",
         stdout(&out)
     );
@@ -59,7 +59,7 @@ async fn fresh_apply_creates_the_seed_schema_and_rerun_is_a_no_op() {
     assert!(again.status.success());
     assert!(stdout(&again).contains("up to date"), "{}", stdout(&again));
     let n: i64 = db.scalar("SELECT count(*) FROM _sqlx_migrations").await;
-    assert_eq!(n, 3);
+    assert_eq!(n, 4);
 }
 
 #[tokio::test]
@@ -147,13 +147,13 @@ async fn ten_concurrent_migrates_all_succeed_and_apply_once() {
         applied_total += v["applied"].as_array().unwrap().len();
     }
     assert_eq!(
-        applied_total, 3,
+        applied_total, 4,
         "each migration applied by exactly one process"
     );
     let n: i64 = db
         .scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
         .await;
-    assert_eq!(n, 3);
+    assert_eq!(n, 4);
 }
 
 #[tokio::test]
@@ -172,7 +172,7 @@ async fn status_lists_pending_then_applied_and_changes_nothing() {
         .iter()
         .map(|m| m["applied"].as_bool().unwrap())
         .collect();
-    assert_eq!(states, [false, false, false]);
+    assert_eq!(states, [false, false, false, false]);
     let schema_exists: bool = db
         .scalar(&format!(
             "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = '{}')",
@@ -188,4 +188,44 @@ async fn status_lists_pending_then_applied_and_changes_nothing() {
         text.contains("outboxctl relay") && text.contains("applied") && !text.contains("pending"),
         "{text}"
     );
+}
+
+#[test]
+fn system_schemas_are_refused_by_every_command_before_connecting() {
+    // Nothing listens on this port: a command that got as far as connecting would exit 3.
+    let nowhere = "postgres://postgres@127.0.0.1:18401/test";
+    for schema in [
+        "information_schema",
+        "pg_catalog",
+        "pg_toast",
+        "pg_temp",
+        "pg_temp_3",
+        "pg_toast_temp_3",
+    ] {
+        for args in [
+            &["migrate"][..],
+            &["migrate", "--status"],
+            &["stats"],
+            &["events", "list"],
+            &["relay", "--once", "--sink", "null"],
+        ] {
+            let out = crate::common::bin()
+                .args(args)
+                .args(["--schema", schema])
+                .env("DATABASE_URL", nowhere)
+                .output()
+                .unwrap();
+            let err = stderr(&out);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{args:?} --schema {schema}: {err}"
+            );
+            assert!(
+                err.contains(&format!("invalid --schema `{schema}`"))
+                    && err.contains("system schema"),
+                "{args:?} --schema {schema}: {err}"
+            );
+        }
+    }
 }

@@ -386,16 +386,34 @@ async fn a_schema_without_migration_3_is_told_to_migrate() {
     let db = TestDb::new().await;
     let d = ready(&db).await;
     kill(&db, d, "1 minute", "boom").await;
-    db.exec("DROP TABLE outbox_requeues; DROP TABLE outbox_locks")
-        .await;
-    for args in [&["requeue", "--all"][..], &["prune", "--older-than", "7d"]] {
+    // Back to migration 2: what a schema migrated by an older outboxctl looks like.
+    db.exec(
+        "DROP VIEW outbox_requeues; DROP FUNCTION outboxctl_requeues_insert();
+         DROP TABLE outbox_audit; DROP TABLE outbox_locks;
+         DELETE FROM _sqlx_migrations WHERE version >= 3",
+    )
+    .await;
+    let d_s = d.to_string();
+    for args in [
+        &["requeue", "--all"][..],
+        &["prune", "--older-than", "7d"],
+        &["dead", "discard", "--all", "--yes"],
+        &["events", "cancel", &d_s, "--yes"],
+        &["events", "reschedule", &d_s, "--delay", "1m"],
+    ] {
         let out = run(&db, args, 1);
+        let later: Vec<String> = outboxctl::db::migrate::MIGRATOR
+            .iter()
+            .map(|m| m.version)
+            .filter(|v| *v >= 3)
+            .map(|v| v.to_string())
+            .collect();
         assert_eq!(
             stderr(&out).trim(),
             format!(
-                "error: schema `{0}` has no {1} table yet: run `outboxctl migrate --schema {0}` first",
+                "error: schema `{0}` lacks migrations {1} that this command needs: run `outboxctl migrate --schema {0}` first",
                 db.schema,
-                if args[0] == "prune" { "prune lock" } else { "requeue audit" }
+                later.join(", ")
             ),
             "{args:?}"
         );
