@@ -73,7 +73,9 @@ impl AmqpSink {
             .map_err(|e| SinkError::unavailable(format!("RabbitMQ: cannot open a channel: {e}")))?;
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
-            .map_err(|e| SinkError::unavailable(format!("RabbitMQ: cannot enable confirms: {e}")))?;
+            .map_err(|e| {
+                SinkError::unavailable(format!("RabbitMQ: cannot enable confirms: {e}"))
+            })?;
         *guard = Some((conn, ch.clone()));
         Ok(ch)
     }

@@ -34,7 +34,7 @@ impl Appender {
 impl Target for Appender {
     fn write_batch(&mut self, buf: &[u8]) -> std::io::Result<()> {
         let meta = self.file.metadata()?;
-        self.before = meta.is_file().then(|| meta.len());
+        self.before = meta.is_file().then_some(meta.len());
         let result = self.file.write_all(buf).and_then(|_| self.file.sync_data());
         if let Err(e) = result {
             return match self.truncate_back() {

@@ -314,3 +314,42 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
         crate::config::redact_url(spec)
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn down() -> Outcome {
+        Outcome::Failed(SinkError::unavailable("HTTP 503"))
+    }
+
+    #[test]
+    fn a_batch_is_an_outage_only_when_the_sink_took_and_judged_nothing() {
+        let perm = Outcome::Failed(SinkError::Permanent("HTTP 422".into()));
+        let retry = Outcome::Failed(SinkError::retryable("HTTP 500"));
+        // Every event unavailable (some not started, one rejected on its own): an outage.
+        let mut all = vec![down(), down(), Outcome::NotStarted, perm.clone()];
+        assert_eq!(
+            batch_verdict(&mut all),
+            Some(SinkError::unavailable("HTTP 503"))
+        );
+        assert_eq!(all[0], down(), "left to be given back");
+        assert_eq!(all[3], perm);
+        // One published, or one per-event failure: the sink is up; each 503 is its event's retry.
+        for other in [Outcome::Published, retry] {
+            let mut mixed = vec![down(), other.clone()];
+            assert_eq!(batch_verdict(&mut mixed), None);
+            assert_eq!(
+                mixed,
+                vec![Outcome::Failed(SinkError::retryable("HTTP 503")), other]
+            );
+        }
+        // Nothing unavailable: nothing to decide.
+        let mut fine = vec![Outcome::Published, Outcome::NotStarted];
+        assert_eq!(batch_verdict(&mut fine), None);
+        // A closed or stalled consumer wins over everything.
+        let closed = SinkError::Closed("stdout: the reader closed the pipe".into());
+        let mut c = vec![Outcome::Failed(closed.clone()), Outcome::Published];
+        assert_eq!(batch_verdict(&mut c), Some(closed));
+    }
+}

@@ -101,8 +101,7 @@ impl NatsSink {
             .publish_with_headers(subject.clone(), headers, body.into())
             .await
             .map_err(|err| classify_publish(&subject, &err))?;
-        ack.await
-            .map_err(|err| classify_publish(&subject, &err))?;
+        ack.await.map_err(|err| classify_publish(&subject, &err))?;
         Ok(())
     }
 }
@@ -142,9 +141,15 @@ fn classify(subject: &str, err: &str) -> SinkError {
     if lower.contains("no responders") || lower.contains("no stream found") {
         return no_stream(subject);
     }
-    if ["disconnect", "connection", "timed out", "broken pipe", "io error"]
-        .iter()
-        .any(|w| lower.contains(w))
+    if [
+        "disconnect",
+        "connection",
+        "timed out",
+        "broken pipe",
+        "io error",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
     {
         return SinkError::unavailable(format!("NATS: {err}"));
     }

@@ -107,7 +107,14 @@ impl RedisSink {
 /// the batch (one pipeline, failing together) is given back untouched. Other server errors are
 /// the batch's retry.
 fn classify(e: &redis::RedisError) -> SinkError {
-    const DOWN: [&str; 6] = ["OOM", "LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN"];
+    const DOWN: [&str; 6] = [
+        "OOM",
+        "LOADING",
+        "BUSY",
+        "MASTERDOWN",
+        "READONLY",
+        "TRYAGAIN",
+    ];
     let message = format!("Redis: {e}");
     if e.is_io_error()
         || e.is_connection_refusal()

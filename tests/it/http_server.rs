@@ -118,10 +118,7 @@ fn serve(
             .iter()
             .find(|(k, _)| k == ":body")
             .map_or("ok".to_owned(), |(_, v)| v.clone());
-        let mut resp = format!(
-            "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n",
-            body.len()
-        );
+        let mut resp = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
         for (k, v) in extra.iter().filter(|(k, _)| k != ":body") {
             resp.push_str(&format!("{k}: {v}\r\n"));
         }

@@ -84,7 +84,10 @@ async fn a_daemon_on_a_closed_stdout_stops_cleanly() {
         .output()
         .unwrap();
     assert_eq!(head.stdout.iter().filter(|b| **b == b'\n').count(), 2);
-    assert_eq!(exit_code(&mut relay, Duration::from_secs(20)).await, Some(0));
+    assert_eq!(
+        exit_code(&mut relay, Duration::from_secs(20)).await,
+        Some(0)
+    );
     assert_eq!(touched(&db).await, 0);
 }
 
@@ -134,7 +137,15 @@ async fn a_full_disk_leaves_no_half_line_and_charges_nothing() {
         let path = fs.dir.path().join("out.jsonl");
         let run = || {
             db.cmd()
-                .args(["relay", "--once", "--json", "--batch-size", "100", "--mode", mode])
+                .args([
+                    "relay",
+                    "--once",
+                    "--json",
+                    "--batch-size",
+                    "100",
+                    "--mode",
+                    mode,
+                ])
                 .arg("--sink")
                 .arg(format!("file:{}", path.display()))
                 .output()
@@ -151,9 +162,16 @@ async fn a_full_disk_leaves_no_half_line_and_charges_nothing() {
         assert!(text.ends_with('\n'), "{mode}: no half line");
         let in_file: Vec<i64> = text
             .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_i64().unwrap())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                    .as_i64()
+                    .unwrap()
+            })
             .collect();
-        assert!(!in_file.is_empty() && in_file.len() % 100 == 0, "{mode}: whole batches only");
+        assert!(
+            !in_file.is_empty() && in_file.len().is_multiple_of(100),
+            "{mode}: whole batches only"
+        );
         let (published, charged): (i64, i64) = db
             .row(
                 "SELECT count(*) FILTER (WHERE published_at IS NOT NULL),
@@ -164,7 +182,10 @@ async fn a_full_disk_leaves_no_half_line_and_charges_nothing() {
             )
             .await;
         assert_eq!(published, in_file.len() as i64, "{mode}: marked = written");
-        assert_eq!(charged, 0, "{mode}: the rows that did not fit are untouched");
+        assert_eq!(
+            charged, 0,
+            "{mode}: the rows that did not fit are untouched"
+        );
         let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(summary["unavailable"], 100, "{mode}: {summary}");
 
@@ -188,7 +209,9 @@ async fn a_consumer_slower_than_the_lease_rolls_back_and_says_so() {
         // A real pipe whose reader never reads (the test holds its end open).
         let mut relay = db
             .cmd()
-            .args(["relay", "--once", "--sink", "stdout", "--lease", "2s", "--mode", mode])
+            .args([
+                "relay", "--once", "--sink", "stdout", "--lease", "2s", "--mode", mode,
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -213,10 +236,15 @@ async fn a_consumer_slower_than_the_lease_rolls_back_and_says_so() {
             .find(|l| l.starts_with("error:"))
             .unwrap_or_else(|| panic!("{mode}: one error line in {err}"));
         assert!(
-            line.contains("reads slower than the lease allows") && line.contains("--publish-timeout"),
+            line.contains("reads slower than the lease allows")
+                && line.contains("--publish-timeout"),
             "{mode}: {line}"
         );
-        assert_eq!(line.contains("--mode lease"), mode == "tx", "{mode}: {line}");
+        assert_eq!(
+            line.contains("--mode lease"),
+            mode == "tx",
+            "{mode}: {line}"
+        );
         assert!(!err.contains("idle-in-transaction"), "{mode}: {err}");
         assert_eq!(touched(&db).await, 0, "{mode}: rolled back / given back");
     }

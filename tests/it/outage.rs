@@ -52,11 +52,15 @@ async fn probed(log: &std::sync::Mutex<String>, n: usize) {
 /// After the sink is back: everything delivered once at least, nothing dead, and each row's only
 /// counted attempt is the one that succeeded.
 async fn delivered_untouched(db: &TestDb, server: &TestServer, n: i64) {
-    wait_until(Duration::from_secs(30), "all published after recovery", || async {
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await
-            == 0
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "all published after recovery",
+        || async {
+            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+                .await
+                == 0
+        },
+    )
     .await;
     let (dead, attempts, errors): (i64, i32, i64) = db
         .row(
@@ -65,7 +69,11 @@ async fn delivered_untouched(db: &TestDb, server: &TestServer, n: i64) {
                FROM outbox",
         )
         .await;
-    assert_eq!((dead, attempts, errors), (0, 1, 0), "the outage charged nothing");
+    assert_eq!(
+        (dead, attempts, errors),
+        (0, 1, 0),
+        "the outage charged nothing"
+    );
     let ids: std::collections::HashSet<i64> = server
         .accepted()
         .iter()
@@ -108,7 +116,10 @@ async fn refused_connections_longer_than_the_backoff_schedule_dead_letter_nothin
         50,
         "{v}"
     );
-    assert!(v["oldest_pending_age_seconds"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        v["oldest_pending_age_seconds"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
     let charged: i64 = db
         .scalar("SELECT count(*) FROM outbox WHERE (attempt_count > 0 AND locked_until IS NULL) OR last_error IS NOT NULL OR dead_lettered_at IS NOT NULL")
         .await;
@@ -132,7 +143,10 @@ async fn a_503_on_every_event_is_an_outage_not_a_failure_of_each() {
     let d = Arc::clone(&down);
     let server = TestServer::start(0, move |_| {
         if d.load(Ordering::SeqCst) {
-            (503, vec![(":body".into(), "upstream\u{7} maintenance".into())])
+            (
+                503,
+                vec![(":body".into(), "upstream\u{7} maintenance".into())],
+            )
         } else {
             (200, vec![])
         }
@@ -165,12 +179,23 @@ async fn once_during_an_outage_gives_back_and_exits_5() {
     let url = format!("http://127.0.0.1:{}/events", free_port());
     let out = db
         .cmd()
-        .args(["relay", "--once", "--json", "--sink", &url, "--max-attempts", "1"])
+        .args([
+            "relay",
+            "--once",
+            "--json",
+            "--sink",
+            &url,
+            "--max-attempts",
+            "1",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("unavailable") && err.to_lowercase().contains("refused"), "{err}");
+    assert!(
+        err.contains("unavailable") && err.to_lowercase().contains("refused"),
+        "{err}"
+    );
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["published"], 0, "{summary}");
     assert_eq!(summary["dead_lettered"], 0, "{summary}");
@@ -190,7 +215,10 @@ async fn a_mixed_batch_keeps_per_event_retries_with_the_body_and_retry_after() {
             Some(3) => (
                 500,
                 vec![
-                    (":body".into(), "{\"error\":\"db\u{1b}[31m down\"}\r\nline two".into()),
+                    (
+                        ":body".into(),
+                        "{\"error\":\"db\u{1b}[31m down\"}\r\nline two".into(),
+                    ),
                     ("Retry-After".into(), "40".into()),
                 ],
             ),
@@ -199,14 +227,26 @@ async fn a_mixed_batch_keeps_per_event_retries_with_the_body_and_retry_after() {
         });
         let out = db
             .cmd()
-            .args(["relay", "--once", "--json", "--mode", mode, "--sink", &server.url()])
+            .args([
+                "relay",
+                "--once",
+                "--json",
+                "--mode",
+                mode,
+                "--sink",
+                &server.url(),
+            ])
             .args(["--backoff-base", "1s"])
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
         let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(
-            (&summary["published"], &summary["retried"], &summary["unavailable"]),
+            (
+                &summary["published"],
+                &summary["retried"],
+                &summary["unavailable"]
+            ),
             (&Value::from(18), &Value::from(2), &Value::from(0)),
             "{mode}: {summary}"
         );
@@ -214,7 +254,10 @@ async fn a_mixed_batch_keeps_per_event_retries_with_the_body_and_retry_after() {
             .row("SELECT attempt_count, last_error, extract(epoch FROM available_at - now())::float8 FROM outbox WHERE id = 3")
             .await;
         assert_eq!(attempts, 1, "{mode}");
-        assert!((35.0..=41.0).contains(&wait), "{mode}: Retry-After 40 gives {wait}");
+        assert!(
+            (35.0..=41.0).contains(&wait),
+            "{mode}: Retry-After 40 gives {wait}"
+        );
         assert!(err.starts_with("HTTP 500"), "{mode}: {err}");
         assert!(err.contains("{\"error\":\"db"), "{mode}: the body: {err}");
         assert!(err.contains("line two"), "{mode}: {err}");
@@ -222,11 +265,17 @@ async fn a_mixed_batch_keeps_per_event_retries_with_the_body_and_retry_after() {
             !err.chars().any(|c| c.is_control()),
             "{mode}: sanitised: {err:?}"
         );
-        assert!(err.contains("Retry-After"), "{mode}: says it honoured it: {err}");
+        assert!(
+            err.contains("Retry-After"),
+            "{mode}: says it honoured it: {err}"
+        );
         let (attempts4, err4): (i32, String) = db
             .row("SELECT attempt_count, last_error FROM outbox WHERE id = 4")
             .await;
-        assert_eq!(attempts4, 1, "{mode}: a 503 on one event is that event's retry");
+        assert_eq!(
+            attempts4, 1,
+            "{mode}: a 503 on one event is that event's retry"
+        );
         assert!(err4.starts_with("HTTP 503"), "{mode}: {err4}");
     }
 }

@@ -544,7 +544,10 @@ async fn human_table() {
     );
     let row = lines.iter().find(|l| l.contains(&db.schema)).unwrap();
     let row = cells(row);
-    assert_eq!(row[..8], [db.schema.as_str(), "4", "4", "2", "4", "3", "3", "6"]);
+    assert_eq!(
+        row[..8],
+        [db.schema.as_str(), "4", "4", "2", "4", "3", "3", "6"]
+    );
     assert!(row[8].starts_with("10m"), "lag (due) {}", row[8]);
     assert!(row[9].starts_with("20m"), "lag (created) {}", row[9]);
     assert!(row[10].starts_with("3h"), "oldest pending {}", row[10]);
