@@ -201,7 +201,7 @@ impl Circuit {
                         error = %e,
                         down_for = %crate::output::human_duration(c.since.elapsed()),
                         probes = c.probes,
-                        "sink still unavailable: {e}"
+                        "sink still unavailable"
                     );
                     c.last_warn = Instant::now();
                 }
@@ -210,7 +210,7 @@ impl Circuit {
             None => {
                 tracing::warn!(
                     error = %e,
-                    "sink unavailable: {e}; pausing claims and probing until it is back (events are given back untouched, no attempt counted)"
+                    "sink unavailable: pausing claims and probing until it is back (events are given back untouched, no attempt counted)"
                 );
                 circuit.insert(Circuit {
                     since: Instant::now(),
@@ -236,8 +236,7 @@ impl Circuit {
         tracing::info!(
             after = %crate::output::human_duration(self.since.elapsed()),
             probes = self.probes,
-            "sink available again after {}; resuming",
-            crate::output::human_duration(self.since.elapsed())
+            "sink available again; resuming"
         );
     }
 }

@@ -240,6 +240,13 @@ async fn a_mixed_batch_keeps_per_event_retries_with_the_body_and_retry_after() {
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
+        let warn = stderr(&out);
+        assert!(
+            warn.contains("WARN")
+                && warn.contains("the sink failed 2 publishes")
+                && warn.contains("HTTP 50"),
+            "{mode}: one WARN with the error text: {warn}"
+        );
         let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(
             (
