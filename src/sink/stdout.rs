@@ -12,12 +12,16 @@ pub struct StdoutSink {
 }
 
 /// The process's stdout, unbuffered (a dup of fd 1, so no lock of `std::io::stdout` is held by a
-/// thread blocked in write).
-struct Stdout(std::fs::File);
+/// thread blocked in write). `None` when there is no stdout at all (started with `>&-`): the
+/// same as a reader gone.
+struct Stdout(Option<std::fs::File>);
 
 impl Target for Stdout {
     fn write_batch(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.0.write_all(buf)
+        match &mut self.0 {
+            Some(f) => f.write_all(buf),
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+        }
     }
 
     fn undo_last(&mut self) {} // a pipe cannot take bytes back
@@ -34,7 +38,7 @@ impl StdoutSink {
             .as_fd()
             .try_clone_to_owned()
             .map(std::fs::File::from)
-            .expect("duplicating stdout");
+            .ok();
         Self {
             writer: Writer::spawn(Stdout(file)),
         }
