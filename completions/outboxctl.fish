@@ -90,8 +90,8 @@ tx\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l batch-size -d 'Rows claimed per batch' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l concurrency -d 'Publishes in flight at once within a batch' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l lease -d 'How long a claim is held before another relay may take the row' -r
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l publish-timeout -d 'Timeout of one publish; must be shorter than --lease [default: half the lease]' -r
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l max-attempts -d 'Attempts before a row is dead-lettered' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l publish-timeout -d 'Timeout of one publish (a stdout or file write too); must be shorter than --lease [default: half the lease]' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l max-attempts -d 'Attempts before a row is dead-lettered. A sink outage (the sink took no event of a batch) counts none: the rows are given back untouched' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l backoff-base -d 'Backoff after the first failure; doubles per attempt, with jitter' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l backoff-max -d 'Upper bound of the backoff' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l poll-interval -d 'Daemon: look for work at least this often even without a notification' -r

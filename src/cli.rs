@@ -258,8 +258,10 @@ pub struct PublishArgs {
 ///
 /// Exit codes with --once: 0 done, whatever the events' outcomes: also when events were retried
 /// or dead-lettered (a dead letter is handled, parked for `outboxctl dead`; alert on the
-/// summary's `dead_lettered` or on `stats`); 3 the database was unreachable; 5 the sink failed
-/// every publish attempt of the run.
+/// summary's `dead_lettered` or on `stats`), and when stdout was closed by its reader; 3 the
+/// database was unreachable; 5 the sink failed every publish attempt of the run, or was
+/// unavailable (the rows were given back untouched), or (also as a daemon) a local consumer read
+/// slower than the lease allows.
 ///
 /// Examples:
 ///
@@ -307,11 +309,13 @@ pub struct RelayArgs {
     #[arg(long, env = "OUTBOXCTL_LEASE", default_value = "30s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub lease: Duration,
 
-    /// Timeout of one publish; must be shorter than --lease [default: half the lease].
+    /// Timeout of one publish (a stdout or file write too); must be shorter than --lease
+    /// [default: half the lease].
     #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub publish_timeout: Option<Duration>,
 
-    /// Attempts before a row is dead-lettered.
+    /// Attempts before a row is dead-lettered. A sink outage (the sink took no event of a batch)
+    /// counts none: the rows are given back untouched.
     #[arg(long, env = "OUTBOXCTL_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_attempts: u32,
 

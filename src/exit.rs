@@ -12,7 +12,8 @@ pub const USAGE: u8 = 2;
 pub const DATABASE: u8 = 3;
 /// Another run holds the lock (e.g. an overlapping `prune` from cron).
 pub const LOCKED: u8 = 4;
-/// `relay --once`: the sink failed every publish of the run.
+/// `relay`: the sink failed: every publish of a `--once` run failed, the sink was unavailable
+/// during a `--once` run (rows given back untouched), or a local consumer stalled.
 pub const SINK: u8 = 5;
 /// Stopped by SIGINT or SIGTERM before finishing (`demo`; the relay's second signal), after
 /// cleaning up what could be cleaned up.

@@ -132,6 +132,24 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<u8> {
         args.output.json,
         relay.sink.describe() == "stdout",
     )?;
+    match &report.sink_down {
+        Some(sink::SinkError::Stalled(e)) => {
+            let advice = match relay.cfg.mode {
+                Mode::Tx => "the batch was rolled back and will be relayed again; use --mode lease (no transaction stays open while writing), or a longer --lease and --publish-timeout",
+                Mode::Lease => "the batch was given back and will be relayed again; use a longer --publish-timeout (and --lease)",
+            };
+            return Err(CodedError::sink(format!("{e}: {advice}")).into());
+        }
+        Some(e @ sink::SinkError::Unavailable { .. }) if args.once => {
+            return Err(CodedError::sink(format!(
+                "the sink ({}) is unavailable: {e}; {} given back untouched (no attempt counted), relayed once it is back",
+                relay.sink.describe(),
+                output::plural(report.unavailable, "event was", "events were")
+            ))
+            .into());
+        }
+        _ => {}
+    }
     if args.once
         && report.published == 0
         && report.sink_failures > 0
@@ -154,7 +172,7 @@ fn print_summary(s: &Summary<'_>, json: bool, sink_is_stdout: bool) -> anyhow::R
     } else {
         let r = s.report;
         format!(
-            "relayed to {} ({} mode) in {}: {} published, {} retried, {} dead-lettered, {} released, {} lease-lost",
+            "relayed to {} ({} mode) in {}: {} published, {} retried, {} dead-lettered, {} released, {} lease-lost{}",
             s.sink,
             match s.mode {
                 Mode::Lease => "lease",
@@ -165,7 +183,12 @@ fn print_summary(s: &Summary<'_>, json: bool, sink_is_stdout: bool) -> anyhow::R
             r.retried,
             r.dead_lettered,
             r.released,
-            r.lease_lost
+            r.lease_lost,
+            if r.unavailable > 0 {
+                format!(" ({} given back: the sink could not take them)", r.unavailable)
+            } else {
+                String::new()
+            }
         )
     };
     // JSON is data, printed whatever -q says; the text line is a summary that -q silences.

@@ -19,6 +19,9 @@ pub struct Figures {
     pub scheduled: i64,
     /// Leased by a relay.
     pub in_flight: i64,
+    /// Pending and not leased, having failed at least once (attempt_count > 0): waiting for a
+    /// retry, or due again.
+    pub retrying: i64,
     pub dead_lettered: i64,
     pub published_last_minute: i64,
     pub published_last_hour: i64,
@@ -26,6 +29,9 @@ pub struct Figures {
     pub oldest_ready_lag_seconds: f64,
     /// Seconds since the oldest ready event was created.
     pub oldest_ready_age_seconds: f64,
+    /// Seconds since the oldest pending event (ready, scheduled or in flight) was created: grows
+    /// while nothing is delivered, whatever the rows' `available_at` (0 when nothing is pending).
+    pub oldest_pending_age_seconds: f64,
     pub next_due_at: Option<DateTime<Utc>>,
 }
 
@@ -35,7 +41,8 @@ pub struct StatsReport {
     pub now: DateTime<Utc>,
     /// Published per second over the last minute.
     pub throughput_per_second: f64,
-    pub table_rows_estimate: i64,
+    /// `None` (JSON null) when the table was never analysed.
+    pub table_rows_estimate: Option<i64>,
     #[serde(flatten)]
     pub total: Figures,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -74,6 +81,8 @@ pub async fn collect(
         f.ready = p.ready;
         f.scheduled = p.scheduled;
         f.in_flight = p.in_flight;
+        f.retrying = p.retrying;
+        f.oldest_pending_age_seconds = secs(p.oldest_pending_created_at);
         f.oldest_ready_lag_seconds = secs(p.oldest_ready_available_at);
         f.oldest_ready_age_seconds = secs(p.oldest_ready_created_at);
         f.next_due_at = p.next_due_at;
@@ -91,6 +100,10 @@ pub async fn collect(
         total.ready += f.ready;
         total.scheduled += f.scheduled;
         total.in_flight += f.in_flight;
+        total.retrying += f.retrying;
+        total.oldest_pending_age_seconds = total
+            .oldest_pending_age_seconds
+            .max(f.oldest_pending_age_seconds);
         total.dead_lettered += f.dead_lettered;
         total.published_last_minute += f.published_last_minute;
         total.published_last_hour += f.published_last_hour;
@@ -142,12 +155,14 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
         r.by.as_deref().unwrap_or("outbox"),
         "ready",
         "scheduled",
+        "retrying",
         "in flight",
         "dead",
         "pub/1m",
         "pub/1h",
         "lag (due)",
         "lag (created)",
+        "oldest pending",
     ];
     let mut t = output::table(&header);
     let row = |name: &str, f: &Figures| {
@@ -155,12 +170,14 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
             name.to_owned(),
             f.ready.to_string(),
             f.scheduled.to_string(),
+            f.retrying.to_string(),
             f.in_flight.to_string(),
             f.dead_lettered.to_string(),
             f.published_last_minute.to_string(),
             f.published_last_hour.to_string(),
             lag(f.oldest_ready_lag_seconds),
             lag(f.oldest_ready_age_seconds),
+            lag(f.oldest_pending_age_seconds),
         ]
     };
     if let Some(groups) = &r.groups {
@@ -178,13 +195,16 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
     ));
     output::print_table(&t)?;
     output::print_line(format_args!(
-        "throughput {:.1}/s over the last minute; next scheduled event {}; ~{} rows in table",
+        "throughput {:.1}/s over the last minute; next scheduled event {}; {}",
         r.throughput_per_second,
         r.total
             .next_due_at
             .map(|t| t.to_rfc3339())
             .unwrap_or_else(|| "none".into()),
-        r.table_rows_estimate
+        match r.table_rows_estimate {
+            Some(n) => format!("~{n} rows in table"),
+            None => "rows in table unknown (never analysed)".into(),
+        }
     ))?;
     Ok(())
 }

@@ -44,9 +44,11 @@ pub struct PendingRow {
     pub ready: i64,
     pub scheduled: i64,
     pub in_flight: i64,
+    pub retrying: i64,
     pub oldest_ready_available_at: Option<DateTime<Utc>>,
     pub oldest_ready_created_at: Option<DateTime<Utc>>,
     pub next_due_at: Option<DateTime<Utc>>,
+    pub oldest_pending_created_at: Option<DateTime<Utc>>,
 }
 
 /// Starts the read-only snapshot the figures are read in, so they agree with each other.
@@ -74,7 +76,10 @@ pub async fn pending(conn: &mut PgConnection, by: GroupBy) -> sqlx::Result<Vec<P
     sqlx::query_as(&pending_sql(by)).fetch_all(conn).await
 }
 
-/// Pending rows (the partial `outbox_ready_idx`), split into ready, scheduled and leased.
+/// Pending rows (the partial `outbox_ready_idx`), split into ready, scheduled and leased; plus
+/// those that failed at least once and wait for a retry (`retrying`: counted attempts, not
+/// leased), and the oldest pending row's `created_at` whatever its state, so an outage or a
+/// backlog of retries shows as age even when nothing is ready.
 pub fn pending_sql(by: GroupBy) -> String {
     // Leased: locked_until >= now(). Ready: due and not leased. Scheduled: not due, not leased.
     format!(
@@ -82,9 +87,11 @@ pub fn pending_sql(by: GroupBy) -> String {
                 count(*) FILTER (WHERE {due} AND {free}) AS ready,
                 count(*) FILTER (WHERE NOT {due} AND {free}) AS scheduled,
                 count(*) FILTER (WHERE locked_until >= now()) AS in_flight,
+                count(*) FILTER (WHERE attempt_count > 0 AND {free}) AS retrying,
                 min(available_at) FILTER (WHERE {due} AND {free}) AS oldest_ready_available_at,
                 min(created_at) FILTER (WHERE {due} AND {free}) AS oldest_ready_created_at,
-                min(available_at) FILTER (WHERE NOT {due} AND {free}) AS next_due_at
+                min(available_at) FILTER (WHERE NOT {due} AND {free}) AS next_due_at,
+                min(created_at) AS oldest_pending_created_at
            FROM outbox
           WHERE published_at IS NULL AND dead_lettered_at IS NULL
           GROUP BY {group}",
@@ -136,10 +143,12 @@ pub fn published_recent_sql(by: GroupBy) -> String {
     )
 }
 
-/// The planner's estimate of the table's row count (free: no scan).
-pub async fn table_rows_estimate(conn: &mut PgConnection) -> sqlx::Result<i64> {
+/// The planner's estimate of the table's row count (free: no scan). `None` when the table was
+/// never analysed or vacuumed (`reltuples = -1`): unknown, not zero.
+pub async fn table_rows_estimate(conn: &mut PgConnection) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
-        "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'outbox'::regclass",
+        "SELECT CASE WHEN reltuples < 0 THEN NULL ELSE reltuples::bigint END
+           FROM pg_class WHERE oid = 'outbox'::regclass",
     )
     .fetch_one(conn)
     .await

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{Relay, Report};
+use super::{Backoff, Relay, Report};
+use crate::sink::SinkError;
 
 /// Limits of a `--once` run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -38,6 +39,11 @@ pub async fn once(
         });
         let r = relay.step(limit, shutdown).await?;
         total.add(&r);
+        if r.sink_down.is_some() {
+            // The sink could not take the batch (outage, closed or stalled consumer): the rows
+            // were given back untouched; a cron run stops here rather than spin.
+            break;
+        }
         // A short batch means nothing more is ready, unless some rows were given back unpublished
         // (a slow sink ran out of lease time): those are ready again at once.
         if r.claimed < u64::from(limit) && r.released == 0 {
@@ -66,6 +72,7 @@ pub async fn daemon(
     let mut error_backoff = ErrorBackoff::default();
     let mut last_log = Instant::now();
     let mut since_log = Report::default();
+    let mut circuit: Option<Circuit> = None;
     loop {
         if shutdown.is_cancelled() {
             break;
@@ -74,11 +81,35 @@ pub async fn daemon(
         if listener.is_none() {
             listener = listen(relay, &settings.channel).await;
         }
-        let (full, claimed_none) = match relay.step(relay.cfg.batch_size, shutdown).await {
+        let limit = circuit
+            .as_ref()
+            .map_or(relay.cfg.batch_size, |c| c.probe_size(relay.cfg.batch_size));
+        let (full, claimed_none) = match relay.step(limit, shutdown).await {
             Ok(r) => {
                 error_backoff.reset();
                 total.add(&r);
                 since_log.add(&r);
+                match &r.sink_down {
+                    Some(SinkError::Closed(e)) => {
+                        tracing::info!(error = %e, "the sink's reader is gone; stopping");
+                        break;
+                    }
+                    Some(SinkError::Stalled(e)) => {
+                        tracing::error!(error = %e, "the sink stalled; stopping");
+                        break;
+                    }
+                    Some(e) => {
+                        let wait = Circuit::failed(&mut circuit, e, relay.cfg.backoff);
+                        sleep_or_shutdown(wait, shutdown).await;
+                        continue;
+                    }
+                    None if r.claimed > 0 => {
+                        if let Some(c) = circuit.take() {
+                            c.close();
+                        }
+                    }
+                    None => {}
+                }
                 (
                     r.claimed >= u64::from(relay.cfg.batch_size) || r.released > 0,
                     r.claimed == 0,
@@ -132,6 +163,82 @@ pub async fn daemon(
         }
     }
     total
+}
+
+/// The circuit around an unavailable sink. While it is open the daemon claims no batches: it
+/// probes with the oldest ready event, backing off from `--backoff-base` to `--backoff-max` (or
+/// the sink's Retry-After), and gives every probe back untouched while the outage lasts. It
+/// closes on the first probe the sink takes or judges as a per-event failure.
+///
+/// A "poison probe" (an event for which the server itself answers 502 every time) would look like
+/// an outage forever and hold up everything behind it. So every [`PROBE_WIDEN_EVERY`] failed
+/// probes the probe doubles (up to [`PROBE_MAX`] and the batch size): once another event of the
+/// probe gets through, the batch is not an outage, and the poison event is charged an attempt
+/// like any per-event failure, backs off, and is dead-lettered after `--max-attempts`.
+struct Circuit {
+    since: Instant,
+    probes: u32,
+    last_warn: Instant,
+}
+
+const OUTAGE_WARN_EVERY: Duration = Duration::from_secs(60);
+const PROBE_WIDEN_EVERY: u32 = 3;
+const PROBE_MAX: u32 = 16;
+
+impl Circuit {
+    /// Records an outage batch (opening the circuit, with a WARN, if it was closed) and returns
+    /// how long to wait before the next probe.
+    fn failed(circuit: &mut Option<Circuit>, e: &SinkError, backoff: Backoff) -> Duration {
+        let retry_after = match e {
+            SinkError::Unavailable { retry_after, .. } => *retry_after,
+            _ => None,
+        };
+        let c = match circuit {
+            Some(c) => {
+                c.probes += 1;
+                if c.last_warn.elapsed() >= OUTAGE_WARN_EVERY {
+                    tracing::warn!(
+                        error = %e,
+                        down_for = %crate::output::human_duration(c.since.elapsed()),
+                        probes = c.probes,
+                        "sink still unavailable"
+                    );
+                    c.last_warn = Instant::now();
+                }
+                c
+            }
+            None => {
+                tracing::warn!(
+                    error = %e,
+                    "sink unavailable: pausing claims and probing until it is back (events are given back untouched, no attempt counted)"
+                );
+                circuit.insert(Circuit {
+                    since: Instant::now(),
+                    probes: 0,
+                    last_warn: Instant::now(),
+                })
+            }
+        };
+        let wait = retry_after.unwrap_or_else(|| backoff.delay(c.probes + 1));
+        if c.probes > 0 {
+            tracing::debug!(error = %e, probes = c.probes, next_in = ?wait, "probe failed; sink still unavailable");
+        }
+        wait
+    }
+
+    /// How many events the next probe claims.
+    fn probe_size(&self, batch: u32) -> u32 {
+        let doublings = (self.probes / PROBE_WIDEN_EVERY).min(8);
+        (1u32 << doublings).min(PROBE_MAX).min(batch).max(1)
+    }
+
+    fn close(self) {
+        tracing::info!(
+            after = %crate::output::human_duration(self.since.elapsed()),
+            probes = self.probes,
+            "sink available again; resuming"
+        );
+    }
 }
 
 /// How long to sleep before the next claim. A row already due that the last claim could not take
@@ -213,6 +320,20 @@ mod tests {
             Duration::from_millis(301)
         );
         assert_eq!(wait_time(Some(Duration::from_secs(60)), true, poll), poll);
+    }
+
+    #[test]
+    fn probes_start_with_one_event_and_widen_for_a_poison_probe() {
+        let c = |probes| Circuit {
+            since: Instant::now(),
+            probes,
+            last_warn: Instant::now(),
+        };
+        let sizes: Vec<u32> = (0..16).map(|p| c(p).probe_size(500)).collect();
+        assert_eq!(sizes, [1, 1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 8, 16, 16, 16, 16]);
+        assert_eq!(c(100).probe_size(500), PROBE_MAX);
+        assert_eq!(c(100).probe_size(3), 3, "never more than a batch");
+        assert_eq!(c(0).probe_size(0), 1);
     }
 }
 

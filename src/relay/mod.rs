@@ -48,7 +48,7 @@ impl Backoff {
 }
 
 /// What one step, or a whole run, did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct Report {
     /// Rows claimed.
     pub claimed: u64,
@@ -58,12 +58,21 @@ pub struct Report {
     pub retried: u64,
     /// Dead-lettered (permanent failure or attempts exhausted).
     pub dead_lettered: u64,
-    /// Claimed but given back unpublished (shutdown).
+    /// Claimed but given back untouched (attempt count restored, no error stored): at shutdown,
+    /// when too little lease was left to start their publish, or because the sink could not take
+    /// them (those are also counted in `unavailable`).
     pub released: u64,
     /// Settles that found the row owned by a newer claim (our lease had expired): nothing changed.
     pub lease_lost: u64,
     /// Publish attempts the sink failed (retried + dead-lettered, before fencing).
     pub sink_failures: u64,
+    /// Given back untouched because the sink as a whole could not take them (an outage, a closed
+    /// or stalled consumer): not the events' fault, so no attempt was counted.
+    pub unavailable: u64,
+    /// Why the sink took nothing, when that was the sink's state (`Unavailable`, `Closed`,
+    /// `Stalled`): the loops pause, or stop, on it. The latest one of a run.
+    #[serde(skip)]
+    pub sink_down: Option<crate::sink::SinkError>,
 }
 
 impl Report {
@@ -75,6 +84,10 @@ impl Report {
         self.released += o.released;
         self.lease_lost += o.lease_lost;
         self.sink_failures += o.sink_failures;
+        self.unavailable += o.unavailable;
+        if o.sink_down.is_some() {
+            self.sink_down.clone_from(&o.sink_down);
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::{truncate_error, Backoff, Mode, Report};
 use crate::db::relay::{self as sql, ClaimedRow, Failure};
-use crate::sink::{Outcome, PublishCtl, Sink, SinkError};
+use crate::sink::{batch_verdict, Outcome, PublishCtl, Sink, SinkError};
 
 /// Test-only fail-point (set through the hidden `OUTBOXCTL_TEST_FAILPOINT` variable): what the
 /// relay does between publishing a batch and settling it.
@@ -159,6 +159,13 @@ impl Relay {
         let outcomes = self.sink.publish(&rows, ctl).await;
         self.failpoint_after_publish().await;
         let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
+        if sorted.published.is_empty() && sorted.failures.is_empty() {
+            // Nothing was taken (an outage, a closed or stalled consumer, shutdown): rolling back
+            // restores every row exactly, including the `last_error` the claim cleared.
+            tx.rollback().await?;
+            report.released = sorted.unpublished.len() as u64;
+            return Ok(report);
+        }
         sql::revert_tx(&mut tx, &sorted.failures).await?;
         report.released = sql::unclaim_tx(&mut tx, &sorted.unpublished).await?;
         tx.commit().await?;
@@ -174,40 +181,54 @@ impl Relay {
     }
 
     /// Splits outcomes into published ids, failures (with retry time or dead-letter decision) and
-    /// rows to give back unpublished.
+    /// rows to give back untouched. A failure that is the sink's state rather than the event's
+    /// fault ([`batch_verdict`]: an outage, a closed or stalled consumer) is given back like an
+    /// unstarted publish: no attempt counted, no error stored; `report.sink_down` says why.
     fn sort_outcomes(
         &self,
         rows: &[ClaimedRow],
-        outcomes: Vec<Outcome>,
+        mut outcomes: Vec<Outcome>,
         report: &mut Report,
     ) -> Sorted {
+        report.sink_down = batch_verdict(&mut outcomes);
         let mut s = Sorted::default();
+        let mut retried_errors = Vec::new();
         for (row, outcome) in rows.iter().zip(outcomes) {
             match outcome {
                 Outcome::Published => s.published.push(row.id),
                 Outcome::NotStarted | Outcome::Abandoned => s.unpublished.push(row.id),
+                Outcome::Failed(err) if err.is_sink_state() => {
+                    report.unavailable += 1;
+                    s.unpublished.push(row.id);
+                }
                 Outcome::Failed(err) => {
                     report.sink_failures += 1;
                     let attempt = u32::try_from(row.attempt_count).unwrap_or(0);
                     let (dead, retry_in, message) = match &err {
-                        SinkError::Permanent(m) => {
-                            (true, Duration::ZERO, format!("permanent: {m}"))
-                        }
                         SinkError::Retryable {
                             message,
                             retry_after,
-                        } => (
-                            attempt >= self.cfg.max_attempts,
-                            retry_after.unwrap_or_else(|| self.cfg.backoff.delay(attempt)),
-                            if attempt >= self.cfg.max_attempts {
-                                format!(
+                        } => {
+                            let dead = attempt >= self.cfg.max_attempts;
+                            let message = match retry_after {
+                                _ if dead => format!(
                                     "{message} (attempt {attempt} of {}: giving up)",
                                     self.cfg.max_attempts
-                                )
-                            } else {
-                                message.clone()
-                            },
-                        ),
+                                ),
+                                Some(d) => format!(
+                                    "{message} (Retry-After honoured: next attempt in {})",
+                                    humantime::format_duration(*d)
+                                ),
+                                None => message.clone(),
+                            };
+                            retried_errors.push(message.clone());
+                            (
+                                dead,
+                                retry_after.unwrap_or_else(|| self.cfg.backoff.delay(attempt)),
+                                message,
+                            )
+                        }
+                        other => (true, Duration::ZERO, format!("permanent: {other}")),
                     };
                     tracing::debug!(id = row.id, attempt, dead, error = %message, "publish failed");
                     s.failures.push(Failure {
@@ -219,6 +240,9 @@ impl Relay {
                 }
             }
         }
+        if let Some(first) = retried_errors.first() {
+            FAILURE_WARN.emit(retried_errors.len() as u64, first);
+        }
         s
     }
 
@@ -227,6 +251,40 @@ impl Relay {
             eprintln!("FAILPOINT hang-after-publish reached");
             std::future::pending::<()>().await;
         }
+    }
+}
+
+/// The rate-limited WARN for events the sink failed (retried later): at most one line per
+/// [`FAILURE_WARN_EVERY`], with the error text and how many failures it stands for. Outages are
+/// logged by the daemon's circuit instead; dead letters have their own WARN.
+static FAILURE_WARN: RateLimitedWarn = RateLimitedWarn::new();
+const FAILURE_WARN_EVERY: Duration = Duration::from_secs(10);
+
+struct RateLimitedWarn {
+    state: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl RateLimitedWarn {
+    const fn new() -> Self {
+        Self {
+            state: std::sync::Mutex::new((None, 0)),
+        }
+    }
+
+    /// Records `n` failures; logs them (and those suppressed since the last line) when due.
+    fn emit(&self, n: u64, error: &str) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.1 += n;
+        if st.0.is_some_and(|t| t.elapsed() < FAILURE_WARN_EVERY) {
+            return;
+        }
+        tracing::warn!(
+            failures = st.1,
+            error = %error,
+            "the sink failed {}; retrying with backoff",
+            crate::output::plural(st.1, "publish", "publishes")
+        );
+        *st = (Some(std::time::Instant::now()), 0);
     }
 }
 

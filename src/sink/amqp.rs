@@ -79,14 +79,16 @@ impl AmqpSink {
         *guard = None;
         let conn = Connection::connect(&self.uri, ConnectionProperties::default())
             .await
-            .map_err(|e| SinkError::retryable(format!("RabbitMQ: cannot connect: {e}")))?;
+            .map_err(|e| SinkError::unavailable(format!("RabbitMQ: cannot connect: {e}")))?;
         let ch = conn
             .create_channel()
             .await
-            .map_err(|e| SinkError::retryable(format!("RabbitMQ: cannot open a channel: {e}")))?;
+            .map_err(|e| SinkError::unavailable(format!("RabbitMQ: cannot open a channel: {e}")))?;
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
-            .map_err(|e| SinkError::retryable(format!("RabbitMQ: cannot enable confirms: {e}")))?;
+            .map_err(|e| {
+                SinkError::unavailable(format!("RabbitMQ: cannot enable confirms: {e}"))
+            })?;
         *guard = Some((conn, ch.clone()));
         Ok(ch)
     }
@@ -136,16 +138,19 @@ impl AmqpSink {
                 props,
             )
             .await
-            .map_err(|err| SinkError::retryable(format!("RabbitMQ: {err}")))?
+            .map_err(|err| SinkError::unavailable(format!("RabbitMQ: {err}")))?
             .await
-            .map_err(|err| SinkError::retryable(format!("RabbitMQ: {err}")))?;
+            .map_err(|err| SinkError::unavailable(format!("RabbitMQ: {err}")))?;
+        // A nack (the broker could not take responsibility for it) and a message no queue
+        // received are the broker's state or its routing, not the event's fault: an outage when
+        // the whole batch gets them, this event's retry when others of the batch went through.
         if confirm.is_nack() {
-            return Err(SinkError::retryable(
+            return Err(SinkError::unavailable(
                 "RabbitMQ: the broker nacked the message",
             ));
         }
         if confirm.take_message().is_some() {
-            return Err(SinkError::retryable(format!(
+            return Err(SinkError::unavailable(format!(
                 "RabbitMQ: no queue is bound for routing key `{routing_key}` on exchange `{}`",
                 self.exchange.as_str()
             )));
@@ -162,7 +167,7 @@ impl Sink for AmqpSink {
             Ok(Err(e)) => return vec![Outcome::Failed(e); events.len()],
             Err(_) => {
                 return vec![
-                    Outcome::Failed(SinkError::retryable("RabbitMQ: connect timed out"));
+                    Outcome::Failed(SinkError::unavailable("RabbitMQ: connect timed out"));
                     events.len()
                 ]
             }

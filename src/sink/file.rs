@@ -1,50 +1,86 @@
-//! The file sink: appends JSON lines and fsyncs before the batch is reported published.
+//! The file sink: appends JSON lines and fsyncs before the batch is reported published. A batch
+//! is all or nothing: when a write or the fsync fails (disk full, I/O error) the file is truncated
+//! back to its length before the batch, so no half line is left, and the rows are given back
+//! untouched. Writes go through a writer thread of its own (see [`super::local`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
-use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
+use super::local::{Target, Writer};
+use super::{write_envelope, Event, Outcome, PublishCtl, Sink};
 
 pub struct FileSink {
     path: PathBuf,
-    file: Arc<Mutex<File>>,
+    writer: Writer,
+}
+
+struct Appender {
+    file: File,
+    path: PathBuf,
+    /// The file's length before the last batch (None when it is not a regular file).
+    before: Option<u64>,
+}
+
+impl Appender {
+    fn truncate_back(&mut self) -> std::io::Result<()> {
+        match self.before {
+            Some(len) => self.file.set_len(len),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Target for Appender {
+    fn write_batch(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        let meta = self.file.metadata()?;
+        self.before = meta.is_file().then_some(meta.len());
+        let result = self.file.write_all(buf).and_then(|_| self.file.sync_data());
+        if let Err(e) = result {
+            return match self.truncate_back() {
+                Ok(()) => Err(e),
+                Err(t) => Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{e}; truncating back failed too, so a partial line may remain: {t}"),
+                )),
+            };
+        }
+        Ok(())
+    }
+
+    fn undo_last(&mut self) {
+        let _ = self.truncate_back().and_then(|_| self.file.sync_data());
+    }
+
+    fn what(&self) -> String {
+        format!("appending to {}", self.path.display())
+    }
 }
 
 impl FileSink {
     pub fn open(path: &str) -> std::io::Result<Self> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let path = PathBuf::from(path);
         Ok(Self {
-            path: PathBuf::from(path),
-            file: Arc::new(Mutex::new(file)),
+            writer: Writer::spawn(Appender {
+                file,
+                path: path.clone(),
+                before: None,
+            }),
+            path,
         })
     }
 }
 
 #[async_trait::async_trait]
 impl Sink for FileSink {
-    async fn publish(&self, events: &[Event], _ctl: &PublishCtl) -> Vec<Outcome> {
+    async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
         let mut buf = Vec::with_capacity(events.len() * 256);
         for e in events {
             write_envelope(e, &mut buf);
             buf.push(b'\n');
         }
-        let file = Arc::clone(&self.file);
-        let result = tokio::task::spawn_blocking(move || {
-            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
-            f.write_all(&buf)?;
-            f.sync_data()
-        })
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        let outcome = match result {
-            Ok(()) => Outcome::Published,
-            Err(e) => Outcome::Failed(SinkError::retryable(format!(
-                "appending to {}: {e}",
-                self.path.display()
-            ))),
-        };
+        let outcome = self.writer.write(buf, events.len(), ctl.timeout).await;
         vec![outcome; events.len()]
     }
 

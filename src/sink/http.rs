@@ -142,7 +142,7 @@ impl HttpSink {
             .body(body)
             .send()
             .await
-            .map_err(|err| SinkError::retryable(describe_reqwest(&err)))?;
+            .map_err(|err| send_error(&err))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(());
@@ -152,7 +152,77 @@ impl HttpSink {
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
-        Err(classify(status, retry_after))
+        let body = body_excerpt(resp, &self.secrets(e)).await;
+        Err(classify(status, retry_after, &body))
+    }
+
+    /// What must never be copied from a response into `last_error` or a log, should the server
+    /// echo the request: the URL's password and query values, the `--http-header` values.
+    fn secrets(&self, e: &Event) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .extra
+            .iter()
+            .map(|(_, template)| template.expand(e))
+            .collect();
+        out.extend(self.url.password().map(str::to_owned));
+        out.extend(self.url.query_pairs().map(|(_, v)| v.into_owned()));
+        out.retain(|s| s.len() >= 4);
+        out
+    }
+}
+
+/// At most this many bytes of an error response's body are kept.
+pub const BODY_EXCERPT: usize = 200;
+
+/// The first [`BODY_EXCERPT`] bytes of an error response's body, for `last_error`: read no
+/// further than that, control characters (newlines, escapes) turned into spaces, whitespace
+/// runs collapsed, `secrets` replaced by `***`. Empty when there is no body.
+async fn body_excerpt(mut resp: reqwest::Response, secrets: &[String]) -> String {
+    let mut buf = Vec::with_capacity(BODY_EXCERPT);
+    while buf.len() < BODY_EXCERPT {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => buf.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    sanitize_excerpt(&buf, secrets)
+}
+
+/// See [`body_excerpt`].
+pub fn sanitize_excerpt(body: &[u8], secrets: &[String]) -> String {
+    let cut = body.len().min(BODY_EXCERPT);
+    let text = String::from_utf8_lossy(&body[..cut]);
+    let mut text = text.trim_end_matches('\u{fffd}').to_owned(); // a character cut in half
+    for s in secrets {
+        text = text.replace(s.as_str(), "***");
+    }
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let c = if c.is_control() || c.is_whitespace() {
+            ' '
+        } else {
+            c
+        };
+        if !(c == ' ' && (out.is_empty() || out.ends_with(' '))) {
+            out.push(c);
+        }
+    }
+    let mut out = out.trim_end().to_owned();
+    if body.len() > BODY_EXCERPT {
+        out.push('…');
+    }
+    out
+}
+
+/// A request that got no response. Not the event's fault (connection refused or reset, DNS,
+/// timeouts): `Unavailable`, so a batch of them is an outage; a request the client could not
+/// even build is the event's (`Permanent`).
+fn send_error(err: &reqwest::Error) -> SinkError {
+    let message = describe_reqwest(err);
+    if err.is_builder() {
+        SinkError::Permanent(message)
+    } else {
+        SinkError::unavailable(message)
     }
 }
 
@@ -183,16 +253,27 @@ pub fn display_url(url: &reqwest::Url) -> String {
     s
 }
 
-/// Maps a non-2xx status to a retryable or permanent failure.
-pub fn classify(status: StatusCode, retry_after: Option<Duration>) -> SinkError {
+/// Maps a non-2xx status to a failure, with the body's excerpt (see [`body_excerpt`]) after the
+/// status: permanent (the event will never be accepted), retryable (this event, later), or
+/// unavailable (429, 502, 503, 504: the server or a proxy in front of it cannot take anything
+/// now; an outage when every event of a batch gets one, see [`super::batch_verdict`]).
+pub fn classify(status: StatusCode, retry_after: Option<Duration>, body: &str) -> SinkError {
     let code = status.as_u16();
-    let message = format!("HTTP {status}");
+    let mut message = format!("HTTP {status}");
+    if !body.is_empty() {
+        message.push_str(": ");
+        message.push_str(body);
+    }
     match code {
         400 | 404 | 405 | 410 | 413 | 414 | 415 | 422 => SinkError::Permanent(message),
         300..=399 => SinkError::retryable(format!(
             "{message} (redirects are not followed; point --sink at the final URL)"
         )),
-        408 | 425 | 429 | 500..=599 => SinkError::Retryable {
+        429 | 502 | 503 | 504 => SinkError::Unavailable {
+            message,
+            retry_after,
+        },
+        408 | 425 | 500..=599 => SinkError::Retryable {
             message,
             retry_after,
         },
@@ -317,6 +398,24 @@ mod tests {
     }
 
     #[test]
+    fn body_excerpts_are_short_single_line_and_keep_no_secret() {
+        let secrets = vec!["Bearer tok123".to_owned()];
+        assert_eq!(
+            sanitize_excerpt(b"line one\r\n\tline\x1b[31m two\x00", &secrets),
+            "line one line [31m two"
+        );
+        assert_eq!(
+            sanitize_excerpt(b"you sent Authorization: Bearer tok123", &secrets),
+            "you sent Authorization: ***"
+        );
+        let long = "é".repeat(150); // 300 bytes
+        let got = sanitize_excerpt(long.as_bytes(), &[]);
+        assert!(got.ends_with('…') && got.len() <= BODY_EXCERPT + 3, "{got}");
+        assert!(!got.contains('\u{fffd}'));
+        assert_eq!(sanitize_excerpt(b"", &[]), "");
+    }
+
+    #[test]
     fn statuses() {
         for (code, permanent) in [
             (400, true),
@@ -331,9 +430,21 @@ mod tests {
             (302, false),
             (418, true),
         ] {
-            let e = classify(StatusCode::from_u16(code).unwrap(), None);
+            let e = classify(StatusCode::from_u16(code).unwrap(), None, "");
             assert_eq!(matches!(e, SinkError::Permanent(_)), permanent, "{code}");
         }
+        for code in [429, 502, 503, 504] {
+            let e = classify(StatusCode::from_u16(code).unwrap(), None, "");
+            assert!(matches!(e, SinkError::Unavailable { .. }), "{code}");
+        }
+        assert!(matches!(
+            classify(StatusCode::from_u16(500).unwrap(), None, ""),
+            SinkError::Retryable { .. }
+        ));
+        assert_eq!(
+            classify(StatusCode::from_u16(422).unwrap(), None, "bad field").to_string(),
+            "HTTP 422 Unprocessable Entity: bad field"
+        );
         assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
         assert_eq!(
             parse_retry_after("999999"),

@@ -31,6 +31,8 @@ pub struct MemorySink {
     pub received: Mutex<Vec<(i64, String, String)>>,
     pub retryable_ids: Mutex<HashSet<i64>>,
     pub permanent_ids: Mutex<HashSet<i64>>,
+    /// When set, every event fails with this error (e.g. `Unavailable`: the sink is down).
+    pub down: Mutex<Option<SinkError>>,
 }
 
 impl MemorySink {
@@ -45,6 +47,9 @@ impl Sink for MemorySink {
     async fn publish(&self, events: &[Event], _ctl: &PublishCtl) -> Vec<Outcome> {
         let retry = self.retryable_ids.lock().unwrap().clone();
         let perm = self.permanent_ids.lock().unwrap().clone();
+        if let Some(e) = self.down.lock().unwrap().clone() {
+            return vec![Outcome::Failed(e); events.len()];
+        }
         events
             .iter()
             .map(|e| {

@@ -1,10 +1,15 @@
-//! Sinks: where the relay publishes. One small trait; each sink says whether a failure is worth
-//! retrying (`Retryable`) or never will succeed (`Permanent`, dead-lettered at once).
+//! Sinks: where the relay publishes. One small trait; each failure says whose fault it is: the
+//! event's (`Retryable`: counted as an attempt and retried with backoff; `Permanent`:
+//! dead-lettered at once) or the sink's as a whole (`Unavailable`, `Closed`, `Stalled`: the event
+//! was not taken by its consumer, so it is given back untouched, with no attempt counted and no
+//! error stored). [`batch_verdict`] decides, per batch, whether `Unavailable` failures are an
+//! outage or per-event failures after all.
 
 pub mod amqp;
 pub mod file;
 pub mod headers;
 pub mod http;
+pub mod local;
 pub mod memory;
 pub mod nats;
 pub mod redis;
@@ -24,7 +29,7 @@ use crate::exit::CodedError;
 pub type Event = ClaimedRow;
 
 /// Why a publish failed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SinkError {
     /// Worth retrying later; `retry_after` is the peer's own hint (HTTP Retry-After).
     #[error("{message}")]
@@ -35,6 +40,25 @@ pub enum SinkError {
     /// Will never succeed as is (e.g. HTTP 400/404/410/413/422): dead-letter now.
     #[error("{0}")]
     Permanent(String),
+    /// The sink as a whole cannot take events now, through no fault of this event: connection
+    /// refused or reset, DNS failure, connect or publish timeout, broker down, disk full, HTTP
+    /// 429/502/503/504. When a whole batch fails so (see [`batch_verdict`]) it is an outage: the
+    /// rows are given back untouched and the daemon pauses claiming (circuit breaker). In a batch
+    /// where the sink took other events it counts as [`SinkError::Retryable`].
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// The consumer went away for good (a closed stdout or FIFO: EPIPE): this event was not taken
+    /// and no later one will be. Given back untouched; the run stops cleanly.
+    #[error("{0}")]
+    Closed(String),
+    /// A local write (stdout, file) did not finish within `--publish-timeout`: the consumer reads
+    /// slower than the claim allows. A blocked write cannot be cancelled, so the sink takes no
+    /// more events: given back (tx mode: rolled back) untouched; the run stops with an error.
+    #[error("{0}")]
+    Stalled(String),
 }
 
 impl SinkError {
@@ -44,10 +68,68 @@ impl SinkError {
             retry_after: None,
         }
     }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// True for failures that are the sink's state, not the event's fault.
+    pub fn is_sink_state(&self) -> bool {
+        matches!(
+            self,
+            Self::Unavailable { .. } | Self::Closed(_) | Self::Stalled(_)
+        )
+    }
+}
+
+/// Decides whose fault a batch's `Unavailable` failures are, and returns the sink's state when
+/// it is the sink's:
+/// - any `Closed` or `Stalled` outcome: that error (those rows are given back, the run stops);
+/// - nothing published, no per-event `Retryable` failure and at least one `Unavailable`: an
+///   outage; returns the first such error, and the `Unavailable` rows are given back untouched
+///   (`Permanent` ones are still dead-lettered: the sink answered for them);
+/// - otherwise the sink took or judged other events of the batch, so it is up: each
+///   `Unavailable` becomes a `Retryable` failure of its own event (e.g. one 503 among 200s).
+pub fn batch_verdict(outcomes: &mut [Outcome]) -> Option<SinkError> {
+    let stop = outcomes.iter().find_map(|o| match o {
+        Outcome::Failed(e @ (SinkError::Closed(_) | SinkError::Stalled(_))) => Some(e.clone()),
+        _ => None,
+    });
+    if stop.is_some() {
+        return stop;
+    }
+    let sink_up = outcomes.iter().any(|o| {
+        matches!(
+            o,
+            Outcome::Published | Outcome::Failed(SinkError::Retryable { .. })
+        )
+    });
+    if !sink_up {
+        return outcomes.iter().find_map(|o| match o {
+            Outcome::Failed(e @ SinkError::Unavailable { .. }) => Some(e.clone()),
+            _ => None,
+        });
+    }
+    for o in outcomes.iter_mut() {
+        if let Outcome::Failed(SinkError::Unavailable {
+            message,
+            retry_after,
+        }) = o
+        {
+            *o = Outcome::Failed(SinkError::Retryable {
+                message: std::mem::take(message),
+                retry_after: *retry_after,
+            });
+        }
+    }
+    None
 }
 
 /// What happened to one event of a batch.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Published,
     Failed(SinkError),
@@ -87,7 +169,7 @@ pub trait Sink: Send + Sync {
 }
 
 /// Publishes events one by one with `publish_one`, at most `ctl.concurrency` at a time, each
-/// bounded by `ctl.timeout`. Events not started when shutdown begins, or by `ctl.start_by`, are
+/// bounded by `ctl.timeout` (a timeout is `Unavailable`: see [`batch_verdict`]). Events not started when shutdown begins, or by `ctl.start_by`, are
 /// `NotStarted`; started ones get `ctl.shutdown_grace` more after a shutdown before they are
 /// `Abandoned`.
 pub async fn publish_each<'a, F, Fut>(
@@ -122,7 +204,7 @@ where
                 r = tokio::time::timeout(ctl.timeout, fut) => match r {
                     Ok(Ok(())) => Outcome::Published,
                     Ok(Err(e)) => Outcome::Failed(e),
-                    Err(_) => Outcome::Failed(SinkError::retryable(timeout_msg)),
+                    Err(_) => Outcome::Failed(SinkError::unavailable(timeout_msg)),
                 },
                 _ = grace => Outcome::Abandoned,
             };
@@ -217,4 +299,43 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
         "invalid --sink `{}`: use stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=... redis://HOST:PORT?stream=... or amqp://USER:PASS@HOST:PORT/VHOST",
         crate::config::redact_url(spec)
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn down() -> Outcome {
+        Outcome::Failed(SinkError::unavailable("HTTP 503"))
+    }
+
+    #[test]
+    fn a_batch_is_an_outage_only_when_the_sink_took_and_judged_nothing() {
+        let perm = Outcome::Failed(SinkError::Permanent("HTTP 422".into()));
+        let retry = Outcome::Failed(SinkError::retryable("HTTP 500"));
+        // Every event unavailable (some not started, one rejected on its own): an outage.
+        let mut all = vec![down(), down(), Outcome::NotStarted, perm.clone()];
+        assert_eq!(
+            batch_verdict(&mut all),
+            Some(SinkError::unavailable("HTTP 503"))
+        );
+        assert_eq!(all[0], down(), "left to be given back");
+        assert_eq!(all[3], perm);
+        // One published, or one per-event failure: the sink is up; each 503 is its event's retry.
+        for other in [Outcome::Published, retry] {
+            let mut mixed = vec![down(), other.clone()];
+            assert_eq!(batch_verdict(&mut mixed), None);
+            assert_eq!(
+                mixed,
+                vec![Outcome::Failed(SinkError::retryable("HTTP 503")), other]
+            );
+        }
+        // Nothing unavailable: nothing to decide.
+        let mut fine = vec![Outcome::Published, Outcome::NotStarted];
+        assert_eq!(batch_verdict(&mut fine), None);
+        // A closed or stalled consumer wins over everything.
+        let closed = SinkError::Closed("stdout: the reader closed the pipe".into());
+        let mut c = vec![Outcome::Failed(closed.clone()), Outcome::Published];
+        assert_eq!(batch_verdict(&mut c), Some(closed));
+    }
 }

@@ -5,7 +5,9 @@
 //! [`HeaderPolicy::nats`]), and `Nats-Msg-Id` set to the idempotency key, so JetStream itself
 //! drops a re-publish within the stream's duplicate window (default 2 minutes): exactly once in
 //! effect, for the common crash-between-publish-and-mark case.
-//! A stream capturing the subjects must exist (the relay does not create one).
+//! A stream capturing the subjects must exist (the relay does not create one). A server that is
+//! down, times out acks, or has no stream for the subject is `Unavailable` (see
+//! [`super::batch_verdict`]); a message over `max_payload` is `Permanent`.
 
 use std::time::Duration;
 
@@ -124,9 +126,8 @@ impl NatsSink {
             .js
             .publish_with_headers(subject.clone(), headers, body.into())
             .await
-            .map_err(|err| classify(&subject, &err.to_string()))?;
-        ack.await
-            .map_err(|err| classify(&subject, &err.to_string()))?;
+            .map_err(|err| classify_publish(&subject, &err))?;
+        ack.await.map_err(|err| classify_publish(&subject, &err))?;
         Ok(())
     }
 }
@@ -159,6 +160,30 @@ fn log_connection_event(last: &std::sync::Mutex<String>, event: &async_nats::Eve
     }
 }
 
+/// Whose fault a failed publish is: a message too large is the event's (`Permanent`); a server
+/// that is down, slow to ack, backed up, or has no stream for the subject cannot take anything
+/// now (`Unavailable`: an outage when the whole batch fails so); the rest is this event's retry.
+fn classify_publish(subject: &str, err: &jetstream::context::PublishError) -> SinkError {
+    use jetstream::context::PublishErrorKind as K;
+    match err.kind() {
+        K::MaxPayloadExceeded => SinkError::Permanent(format!("NATS: {err}")),
+        K::StreamNotFound => no_stream(subject),
+        K::TimedOut | K::BrokenPipe | K::MaxAckPending => {
+            SinkError::unavailable(format!("NATS: {err}"))
+        }
+        K::WrongLastMessageId | K::WrongLastSequence => {
+            SinkError::retryable(format!("NATS: {err}"))
+        }
+        _ => classify(subject, &err.to_string()),
+    }
+}
+
+fn no_stream(subject: &str) -> SinkError {
+    SinkError::unavailable(format!(
+        "NATS: no JetStream stream captures subject `{subject}`; create one (e.g. subjects outbox.>)"
+    ))
+}
+
 fn classify(subject: &str, err: &str) -> SinkError {
     let lower = err.to_ascii_lowercase();
     if lower.contains("maximum payload")
@@ -168,9 +193,19 @@ fn classify(subject: &str, err: &str) -> SinkError {
         return SinkError::Permanent(format!("NATS: {err}"));
     }
     if lower.contains("no responders") || lower.contains("no stream found") {
-        return SinkError::retryable(format!(
-            "NATS: no JetStream stream captures subject `{subject}`; create one (e.g. subjects outbox.>)"
-        ));
+        return no_stream(subject);
+    }
+    if [
+        "disconnect",
+        "connection",
+        "timed out",
+        "broken pipe",
+        "io error",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+    {
+        return SinkError::unavailable(format!("NATS: {err}"));
     }
     SinkError::retryable(format!("NATS: {err}"))
 }

@@ -66,7 +66,7 @@ impl RedisSink {
         })
     }
 
-    async fn publish_batch(&self, events: &[Event]) -> Result<(), String> {
+    async fn publish_batch(&self, events: &[Event]) -> Result<(), SinkError> {
         let conn = self
             .conn
             .get_or_try_init(|| {
@@ -77,7 +77,7 @@ impl RedisSink {
                 ConnectionManager::new_with_config(self.client.clone(), cfg)
             })
             .await
-            .map_err(|e| format!("Redis: cannot connect: {e}"))?;
+            .map_err(|e| SinkError::unavailable(format!("Redis: cannot connect: {e}")))?;
         let mut pipe = redis::pipe();
         let mut body = Vec::with_capacity(512);
         for e in events {
@@ -101,7 +101,33 @@ impl RedisSink {
         pipe.query_async::<Vec<String>>(&mut conn)
             .await
             .map(|_| ())
-            .map_err(|e| format!("Redis: {e}"))
+            .map_err(|e| classify(&e))
+    }
+}
+
+/// A Redis that cannot be reached, dropped the connection, timed out, or is in a state where it
+/// takes no writes (out of memory, loading, a read-only replica, a master down) is `Unavailable`:
+/// the batch (one pipeline, failing together) is given back untouched. Other server errors are
+/// the batch's retry.
+fn classify(e: &redis::RedisError) -> SinkError {
+    const DOWN: [&str; 6] = [
+        "OOM",
+        "LOADING",
+        "BUSY",
+        "MASTERDOWN",
+        "READONLY",
+        "TRYAGAIN",
+    ];
+    let message = format!("Redis: {e}");
+    if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.code().is_some_and(|c| DOWN.contains(&c))
+    {
+        SinkError::unavailable(message)
+    } else {
+        SinkError::retryable(message)
     }
 }
 
@@ -110,8 +136,8 @@ impl Sink for RedisSink {
     async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
         let outcome = match tokio::time::timeout(ctl.timeout, self.publish_batch(events)).await {
             Ok(Ok(())) => Outcome::Published,
-            Ok(Err(e)) => Outcome::Failed(SinkError::retryable(e)),
-            Err(_) => Outcome::Failed(SinkError::retryable(format!(
+            Ok(Err(e)) => Outcome::Failed(e),
+            Err(_) => Outcome::Failed(SinkError::unavailable(format!(
                 "Redis: publish timed out after {}",
                 humantime::format_duration(ctl.timeout)
             ))),

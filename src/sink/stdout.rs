@@ -1,17 +1,46 @@
-//! The stdout sink: one JSON line per event, written and flushed once per batch.
+//! The stdout sink: one JSON line per event, written once per batch by a writer thread of its own
+//! (see [`super::local`]), so a reader that stops reading cannot hold a publish past
+//! `--publish-timeout`. A closed stdout (`| head`) is the reader gone: the batch is given back.
 
 use std::io::Write;
 
-use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
+use super::local::{Target, Writer};
+use super::{write_envelope, Event, Outcome, PublishCtl, Sink};
 
 pub struct StdoutSink {
-    lock: tokio::sync::Mutex<()>,
+    writer: Writer,
+}
+
+/// The process's stdout, unbuffered (a dup of fd 1, so no lock of `std::io::stdout` is held by a
+/// thread blocked in write). `None` when there is no stdout at all (started with `>&-`): the
+/// same as a reader gone.
+struct Stdout(Option<std::fs::File>);
+
+impl Target for Stdout {
+    fn write_batch(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match &mut self.0 {
+            Some(f) => f.write_all(buf),
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+
+    fn undo_last(&mut self) {} // a pipe cannot take bytes back
+
+    fn what(&self) -> String {
+        "stdout".into()
+    }
 }
 
 impl StdoutSink {
     pub fn new() -> Self {
+        use std::os::fd::AsFd;
+        let file = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(std::fs::File::from)
+            .ok();
         Self {
-            lock: tokio::sync::Mutex::new(()),
+            writer: Writer::spawn(Stdout(file)),
         }
     }
 }
@@ -24,21 +53,13 @@ impl Default for StdoutSink {
 
 #[async_trait::async_trait]
 impl Sink for StdoutSink {
-    async fn publish(&self, events: &[Event], _ctl: &PublishCtl) -> Vec<Outcome> {
+    async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
         let mut buf = Vec::with_capacity(events.len() * 256);
         for e in events {
             write_envelope(e, &mut buf);
             buf.push(b'\n');
         }
-        let _guard = self.lock.lock().await;
-        let result = tokio::task::block_in_place(|| {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&buf).and_then(|_| out.flush())
-        });
-        let outcome = match result {
-            Ok(()) => Outcome::Published,
-            Err(e) => Outcome::Failed(SinkError::retryable(format!("writing to stdout: {e}"))),
-        };
+        let outcome = self.writer.write(buf, events.len(), ctl.timeout).await;
         vec![outcome; events.len()]
     }
 

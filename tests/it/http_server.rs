@@ -25,7 +25,8 @@ impl Received {
     }
 }
 
-/// The response: status and extra headers.
+/// The response: status and extra headers. A header named `:body` (a pseudo-header, never sent)
+/// replaces the default body `ok`.
 pub type Reply = (u16, Vec<(String, String)>);
 
 pub struct TestServer {
@@ -113,11 +114,16 @@ fn serve(
         if (200..300).contains(&status) {
             rec.lock().unwrap().push(r);
         }
-        let mut resp = format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\n");
-        for (k, v) in extra {
+        let body = extra
+            .iter()
+            .find(|(k, _)| k == ":body")
+            .map_or("ok".to_owned(), |(_, v)| v.clone());
+        let mut resp = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
+        for (k, v) in extra.iter().filter(|(k, _)| k != ":body") {
             resp.push_str(&format!("{k}: {v}\r\n"));
         }
-        resp.push_str("\r\nok");
+        resp.push_str("\r\n");
+        resp.push_str(&body);
         writer.write_all(resp.as_bytes())?;
         writer.flush()?;
     }

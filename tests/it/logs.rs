@@ -62,11 +62,13 @@ async fn an_unroutable_rabbitmq_message_never_logs_its_payload() {
             !err.contains("returned us a message"),
             "no library lines: {err}"
         );
-        let last_error: String = db
+        // Unroutable on every event of the batch: an outage, so the row is given back untouched
+        // and the reason is on stderr.
+        let last_error: Option<String> = db
             .scalar("SELECT last_error FROM outbox WHERE id = 1")
             .await;
-        assert!(!leaks(&last_error, &canary), "{last_error}");
-        assert!(last_error.contains("no queue is bound"), "{last_error}");
+        assert_eq!(last_error, None);
+        assert!(err.contains("no queue is bound"), "{err}");
     }
 }
 
@@ -159,13 +161,16 @@ async fn a_failed_amqp_login_logs_no_library_errors_and_no_password() {
                 "no library ERROR lines on a login failure: {err}"
             );
         }
+        assert!(
+            err.contains("RabbitMQ"),
+            "the login failure is reported: {err}"
+        );
         db.exec("UPDATE outbox SET available_at = now()").await;
     }
-    let last_error: String = db
+    let last_error: Option<String> = db
         .scalar("SELECT last_error FROM outbox WHERE id = 1")
         .await;
-    assert!(!last_error.contains(&pw), "{last_error}");
-    assert!(last_error.contains("RabbitMQ"), "{last_error}");
+    assert_eq!(last_error, None, "an outage leaves the row untouched");
 }
 
 #[test]

@@ -236,6 +236,71 @@ async fn failures_back_off_then_dead_letter_after_max_attempts_and_poison_goes_a
 }
 
 #[tokio::test]
+async fn a_sink_that_cannot_take_the_batch_changes_no_row() {
+    use outboxctl::sink::SinkError;
+    for (mode, err) in [
+        (
+            Mode::Lease,
+            SinkError::unavailable("cannot connect: Connection refused"),
+        ),
+        (
+            Mode::Tx,
+            SinkError::unavailable("cannot connect: Connection refused"),
+        ),
+        (
+            Mode::Lease,
+            SinkError::Closed("stdout: the reader closed the pipe".into()),
+        ),
+        (
+            Mode::Tx,
+            SinkError::Stalled("stdout reads slower than the lease allows".into()),
+        ),
+    ] {
+        let db = TestDb::new().await;
+        db.seed_ready(10).await;
+        // Rows with a history: two failed attempts and an error; the give-back keeps it all.
+        db.exec("UPDATE outbox SET attempt_count = 2, last_error = 'HTTP 500' WHERE id <= 5")
+            .await;
+        let before: Vec<(i64, i32, Option<String>, chrono::DateTime<chrono::Utc>)> =
+            sqlx::query_as(
+                "SELECT id, attempt_count, last_error, available_at FROM outbox ORDER BY id",
+            )
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+        let sink = Arc::new(MemorySink::default());
+        *sink.down.lock().unwrap() = Some(err.clone());
+        let r = relay(&db, sink.clone(), mode, 3).await;
+        let rep = r.step(100, &CancellationToken::new()).await.unwrap();
+        assert_eq!(
+            (
+                rep.claimed,
+                rep.unavailable,
+                rep.released,
+                rep.retried,
+                rep.sink_failures
+            ),
+            (10, 10, 10, 0, 0),
+            "{mode:?} {err:?}"
+        );
+        assert_eq!(rep.sink_down, Some(err.clone()));
+        let after: Vec<(i64, i32, Option<String>, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+            "SELECT id, attempt_count, last_error, available_at FROM outbox ORDER BY id",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(before, after, "{mode:?} {err:?}: untouched");
+        let free: i64 = db
+            .scalar(
+                "SELECT count(*) FROM outbox WHERE locked_until IS NULL AND published_at IS NULL",
+            )
+            .await;
+        assert_eq!(free, 10, "{mode:?}: claimable again at once");
+    }
+}
+
+#[tokio::test]
 async fn a_stale_relay_cannot_overwrite_the_newer_outcome() {
     let db = TestDb::new().await;
     db.seed_ready(2).await;
@@ -470,6 +535,13 @@ async fn daemon_delivers_a_notified_event_in_milliseconds_and_a_delayed_one_on_t
             ids_in_file(&path).len() == 2
         })
         .await;
+        // The line is in the file a moment before the mark commits.
+        wait_until(Duration::from_secs(5), "both events marked", || async {
+            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+                .await
+                == 2
+        })
+        .await;
         // Lateness from the database's own timestamps. In tx mode published_at is the claim's
         // time; in lease mode it is the settle's, a file append (fsync) later.
         let notified: f64 = db
@@ -508,7 +580,7 @@ async fn once_exit_codes_for_unreachable_database_and_sink() {
         .unwrap();
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("failed every publish"),
+        stderr(&out).contains("is unavailable: cannot connect"),
         "{}",
         stderr(&out)
     );
@@ -523,18 +595,19 @@ async fn once_exit_codes_for_unreachable_database_and_sink() {
             "{secret} leaked"
         );
     }
-    let errors: Vec<String> = sqlx::query_scalar("SELECT last_error FROM outbox")
+    let errors: Vec<Option<String>> = sqlx::query_scalar("SELECT last_error FROM outbox")
         .fetch_all(&db.pool)
         .await
         .unwrap();
     assert!(
         errors
             .iter()
+            .flatten()
             .all(|e| !e.contains("s3cr3t") && !e.contains("t0k3n")),
         "{errors:?}"
     );
-    let retried: i64 = db.scalar("SELECT count(*) FROM outbox WHERE attempt_count = 1 AND last_error LIKE 'cannot connect%' AND dead_lettered_at IS NULL").await;
-    assert_eq!(retried, 3);
+    let untouched: i64 = db.scalar("SELECT count(*) FROM outbox WHERE attempt_count = 0 AND last_error IS NULL AND dead_lettered_at IS NULL").await;
+    assert_eq!(untouched, 3, "an unreachable sink charges no attempt");
 
     let out = crate::common::bin()
         .args(["relay", "--once", "--connect-timeout", "2s"])

@@ -10,20 +10,24 @@ use serde_json::Value;
 
 use crate::common::{stderr, stdout, TestDb};
 
-const FIGURES: [&str; 9] = [
+const FIGURES: [&str; 11] = [
     "ready",
     "scheduled",
+    "retrying",
     "in_flight",
     "dead_lettered",
     "published_last_minute",
     "published_last_hour",
     "oldest_ready_lag_seconds",
     "oldest_ready_age_seconds",
+    "oldest_pending_age_seconds",
     "next_due_at",
 ];
 
+/// `stats` with a table width that fits all eleven columns of the fixture's rows.
 fn stats(db: &TestDb, args: &[&str]) -> std::process::Output {
     db.cmd()
+        .env("COLUMNS", "160")
         .arg("stats")
         .args(args)
         .stdin(Stdio::null())
@@ -261,6 +265,10 @@ struct Want {
     oldest_due: Option<&'static str>,
     oldest_created: Option<&'static str>,
     next_due: Option<&'static str>,
+    /// Pending rows that failed at least once and are not leased.
+    retrying: i64,
+    /// Key prefix of the pending row (any state) with the oldest created_at.
+    oldest_pending: Option<&'static str>,
 }
 
 fn want(group: Option<&str>) -> Want {
@@ -275,6 +283,8 @@ fn want(group: Option<&str>) -> Want {
             oldest_due: Some("ready-a-"),
             oldest_created: Some("ready-a-"),
             next_due: Some("retry-b-"),
+            retrying: 2,
+            oldest_pending: Some("sched-a-"),
         },
         Some("a") => Want {
             ready: 2,
@@ -286,6 +296,8 @@ fn want(group: Option<&str>) -> Want {
             oldest_due: Some("ready-a-"),
             oldest_created: Some("ready-a-"),
             next_due: Some("sched-a-"),
+            retrying: 0,
+            oldest_pending: Some("sched-a-"),
         },
         Some("b") => Want {
             ready: 1,
@@ -297,6 +309,8 @@ fn want(group: Option<&str>) -> Want {
             oldest_due: Some("expired-b-"),
             oldest_created: Some("expired-b-"),
             next_due: Some("retry-b-"),
+            retrying: 2,
+            oldest_pending: Some("sched-b-"),
         },
         Some("c") => Want {
             ready: 1,
@@ -308,6 +322,8 @@ fn want(group: Option<&str>) -> Want {
             oldest_due: Some("ready-c-"),
             oldest_created: Some("ready-c-"),
             next_due: None,
+            retrying: 0,
+            oldest_pending: Some("leased-c-"),
         },
         Some(g) => unreachable!("{g}"),
     }
@@ -320,6 +336,7 @@ async fn check(db: &TestDb, label: &str, f: &Value, now: DateTime<Utc>, w: Want)
         ("ready", w.ready),
         ("scheduled", w.scheduled),
         ("in_flight", w.in_flight),
+        ("retrying", w.retrying),
         ("dead_lettered", w.dead),
         ("published_last_minute", w.pub_1m),
         ("published_last_hour", w.pub_1h),
@@ -344,6 +361,12 @@ async fn check(db: &TestDb, label: &str, f: &Value, now: DateTime<Utc>, w: Want)
     };
     let lag = secs(min_of("available_at", w.oldest_due).await);
     let age = secs(min_of("created_at", w.oldest_created).await);
+    let pending_age = secs(min_of("created_at", w.oldest_pending).await);
+    let got_pending_age = f["oldest_pending_age_seconds"].as_f64().unwrap();
+    assert!(
+        (got_pending_age - pending_age).abs() < 1e-5,
+        "{label}: oldest pending age {got_pending_age}, want {pending_age}"
+    );
     let got_lag = f["oldest_ready_lag_seconds"].as_f64().unwrap();
     let got_age = f["oldest_ready_age_seconds"].as_f64().unwrap();
     assert!(
@@ -467,7 +490,25 @@ async fn json_shape() {
         }
     }
     assert!(v["now"].is_string() && v["schema"].is_string());
-    assert!(v["throughput_per_second"].is_f64() && v["table_rows_estimate"].is_i64());
+    assert!(v["throughput_per_second"].is_f64());
+    assert!(v["table_rows_estimate"].is_i64() || v["table_rows_estimate"].is_null());
+}
+
+#[tokio::test]
+async fn a_never_analysed_table_has_an_unknown_size_not_zero() {
+    let db = TestDb::new().await;
+    db.seed_ready(3).await;
+    let v = stats_json(&db, &[]);
+    assert!(v["table_rows_estimate"].is_null(), "{v}");
+    let text = stdout(&stats(&db, &[]));
+    assert!(
+        text.contains("rows in table unknown") && !text.contains("~0 rows"),
+        "{text}"
+    );
+    db.exec("ANALYZE outbox").await;
+    let v = stats_json(&db, &[]);
+    assert_eq!(v["table_rows_estimate"], 3, "{v}");
+    assert!(stdout(&stats(&db, &[])).contains("~3 rows in table"));
 }
 
 #[tokio::test]
@@ -491,19 +532,25 @@ async fn human_table() {
             "outbox",
             "ready",
             "scheduled",
+            "retrying",
             "in flight",
             "dead",
             "pub/1m",
             "pub/1h",
             "lag (due)",
-            "lag (created)"
+            "lag (created)",
+            "oldest pending"
         ]
     );
     let row = lines.iter().find(|l| l.contains(&db.schema)).unwrap();
     let row = cells(row);
-    assert_eq!(row[..7], [db.schema.as_str(), "4", "4", "4", "3", "3", "6"]);
-    assert!(row[7].starts_with("10m"), "lag (due) {}", row[7]);
-    assert!(row[8].starts_with("20m"), "lag (created) {}", row[8]);
+    assert_eq!(
+        row[..8],
+        [db.schema.as_str(), "4", "4", "2", "4", "3", "3", "6"]
+    );
+    assert!(row[8].starts_with("10m"), "lag (due) {}", row[8]);
+    assert!(row[9].starts_with("20m"), "lag (created) {}", row[9]);
+    assert!(row[10].starts_with("3h"), "oldest pending {}", row[10]);
     let last = lines.last().unwrap();
     assert!(
         last.starts_with("throughput 0.1/s over the last minute; next scheduled event 20"),

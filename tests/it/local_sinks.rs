@@ -1,0 +1,251 @@
+//! stdout and file sinks whose consumer goes away, fills up or stops reading: an event that was not
+//! taken by its consumer is never charged an attempt (issue 8, items 1 and 6).
+
+use std::io::BufRead;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{stderr, wait_until, TestDb};
+
+/// Rows that any relay touched: an attempt counted, an error stored, or marked.
+async fn touched(db: &TestDb) -> i64 {
+    db.scalar(
+        "SELECT count(*) FROM outbox
+          WHERE attempt_count > 0 OR last_error IS NOT NULL OR published_at IS NOT NULL
+             OR dead_lettered_at IS NOT NULL OR locked_until IS NOT NULL",
+    )
+    .await
+}
+
+/// Waits for a child to exit (polling, no fixed sleep) and returns its exit code.
+async fn exit_code(child: &mut Child, within: Duration) -> Option<i32> {
+    let mut status = None;
+    wait_until(within, "the relay exits", || {
+        status = child.try_wait().unwrap();
+        let done = status.is_some();
+        async move { done }
+    })
+    .await;
+    status.unwrap().code()
+}
+
+#[tokio::test]
+async fn once_into_head_gives_the_batch_back_untouched_and_exits_0() {
+    for mode in ["tx", "lease"] {
+        let db = TestDb::new().await;
+        db.seed_ready(5000).await;
+        let mut relay = db
+            .cmd()
+            .args(["relay", "--once", "--sink", "stdout", "--mode", mode])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let head = std::process::Command::new("head")
+            .arg("-2")
+            .stdin(relay.stdout.take().unwrap())
+            .output()
+            .unwrap();
+        let out = relay.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
+        let lines: Vec<&str> = std::str::from_utf8(&head.stdout).unwrap().lines().collect();
+        assert_eq!(lines.len(), 2, "{mode}");
+        for l in lines {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a full JSON line");
+            assert!(v["id"].is_i64());
+        }
+        assert_eq!(
+            touched(&db).await,
+            0,
+            "{mode}: a closed stdout charges nothing"
+        );
+        assert!(
+            stderr(&out).contains("relayed to stdout"),
+            "{mode}: the summary is printed: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_daemon_on_a_closed_stdout_stops_cleanly() {
+    let db = TestDb::new().await;
+    db.seed_ready(5000).await;
+    let mut relay = db
+        .cmd()
+        .args(["relay", "--sink", "stdout", "--poll-interval", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let head = std::process::Command::new("head")
+        .arg("-2")
+        .stdin(relay.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(head.stdout.iter().filter(|b| **b == b'\n').count(), 2);
+    assert_eq!(
+        exit_code(&mut relay, Duration::from_secs(20)).await,
+        Some(0)
+    );
+    assert_eq!(touched(&db).await, 0);
+}
+
+/// A tmpfs of `size` mounted for the test; unmounted on drop, also when the test fails.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount -t tmpfs (the tests run as root)");
+        Self { dir }
+    }
+
+    fn resize(&self, size: &str) {
+        let ok = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(self.dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "remount");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_leaves_no_half_line_and_charges_nothing() {
+    for mode in ["tx", "lease"] {
+        let db = TestDb::new().await;
+        db.seed_ready(2000).await;
+        let fs = Tmpfs::mount("64k");
+        let path = fs.dir.path().join("out.jsonl");
+        let run = || {
+            db.cmd()
+                .args([
+                    "relay",
+                    "--once",
+                    "--json",
+                    "--batch-size",
+                    "100",
+                    "--mode",
+                    mode,
+                ])
+                .arg("--sink")
+                .arg(format!("file:{}", path.display()))
+                .output()
+                .unwrap()
+        };
+        let out = run();
+        assert_eq!(out.status.code(), Some(5), "{mode}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("No space left on device"),
+            "{mode}: the sink's error text: {err}"
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.ends_with('\n'), "{mode}: no half line");
+        let in_file: Vec<i64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect();
+        assert!(
+            !in_file.is_empty() && in_file.len().is_multiple_of(100),
+            "{mode}: whole batches only"
+        );
+        let (published, charged): (i64, i64) = db
+            .row(
+                "SELECT count(*) FILTER (WHERE published_at IS NOT NULL),
+                        count(*) FILTER (WHERE published_at IS NULL
+                                           AND (attempt_count > 0 OR last_error IS NOT NULL
+                                                OR locked_until IS NOT NULL))
+                   FROM outbox",
+            )
+            .await;
+        assert_eq!(published, in_file.len() as i64, "{mode}: marked = written");
+        assert_eq!(
+            charged, 0,
+            "{mode}: the rows that did not fit are untouched"
+        );
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(summary["unavailable"], 100, "{mode}: {summary}");
+
+        // Space again: the rest is delivered, each event once.
+        fs.resize("4m");
+        let out = run();
+        assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
+        let ids = crate::common::ids_in_file(&path);
+        let unique: std::collections::HashSet<i64> = ids.iter().copied().collect();
+        assert_eq!((ids.len(), unique.len()), (2000, 2000), "{mode}");
+        let max_attempts: i32 = db.scalar("SELECT max(attempt_count) FROM outbox").await;
+        assert_eq!(max_attempts, 1, "{mode}");
+    }
+}
+
+#[tokio::test]
+async fn a_consumer_slower_than_the_lease_rolls_back_and_says_so() {
+    for mode in ["tx", "lease"] {
+        let db = TestDb::new().await;
+        db.seed_ready(5000).await;
+        // A real pipe whose reader never reads (the test holds its end open).
+        let mut relay = db
+            .cmd()
+            .args([
+                "relay", "--once", "--sink", "stdout", "--lease", "2s", "--mode", mode,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let reader = relay.stdout.take().unwrap();
+        let started = Instant::now();
+        let code = exit_code(&mut relay, Duration::from_secs(20)).await;
+        let elapsed = started.elapsed();
+        let mut err = String::new();
+        for l in std::io::BufReader::new(relay.stderr.take().unwrap())
+            .lines()
+            .map_while(Result::ok)
+        {
+            err.push_str(&l);
+            err.push('\n');
+        }
+        drop(reader);
+        assert_eq!(code, Some(5), "{mode}: {err}");
+        assert!(elapsed < Duration::from_secs(10), "{mode}: {elapsed:?}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("error:"))
+            .unwrap_or_else(|| panic!("{mode}: one error line in {err}"));
+        assert!(
+            line.contains("reads slower than the lease allows")
+                && line.contains("--publish-timeout"),
+            "{mode}: {line}"
+        );
+        assert_eq!(
+            line.contains("--mode lease"),
+            mode == "tx",
+            "{mode}: {line}"
+        );
+        assert!(!err.contains("idle-in-transaction"), "{mode}: {err}");
+        assert_eq!(touched(&db).await, 0, "{mode}: rolled back / given back");
+    }
+}
