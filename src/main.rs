@@ -5,11 +5,12 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = outboxctl::cli::Cli::parse();
     outboxctl::logging::init(&cli.log, cli.is_daemon());
+    let log_format = cli.log.log_format;
     match outboxctl::run(cli) {
         Ok(code) => outboxctl::exit::to_exit_code(code),
         Err(err) if outboxctl::exit::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            outboxctl::logging::print_error(&err, log_format);
             outboxctl::exit::to_exit_code(outboxctl::exit::code_of(&err))
         }
     }
