@@ -17,6 +17,7 @@ mod publish;
 mod redis_sink;
 mod relay;
 mod relay_faults;
+mod relay_logs;
 mod requeue;
 mod snapshots;
 mod stats;
