@@ -46,17 +46,23 @@ pub fn init(args: &LogArgs, daemon: bool) {
 /// One JSON log line: `timestamp` (RFC 3339, UTC), `level`, `message`, then `fields` at the top
 /// level (a field of one of those three names is dropped rather than allowed to replace it).
 pub fn json_line(level: &str, message: &str, fields: Map<String, Value>) -> String {
-    let mut line = Map::new();
-    line.insert(
-        "timestamp".into(),
-        Value::String(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+    let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let mut line = format!(
+        "{{\"timestamp\":{},\"level\":{},\"message\":{}",
+        Value::String(timestamp),
+        Value::String(level.to_ascii_lowercase()),
+        Value::String(message.to_owned())
     );
-    line.insert("level".into(), Value::String(level.to_ascii_lowercase()));
-    line.insert("message".into(), Value::String(message.to_owned()));
     for (k, v) in fields {
-        line.entry(k).or_insert(v);
+        if !matches!(k.as_str(), "timestamp" | "level" | "message") {
+            line.push(',');
+            line.push_str(&Value::String(k).to_string());
+            line.push(':');
+            line.push_str(&v.to_string());
+        }
     }
-    Value::Object(line).to_string()
+    line.push('}');
+    line
 }
 
 /// Prints a command's fatal error on stderr: `error: ` and the cause chain as text, or under

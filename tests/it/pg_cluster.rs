@@ -50,6 +50,15 @@ impl PgCluster {
         self.ctl("restart");
     }
 
+    /// `pg_ctlcluster stop` (fast shutdown); [`PgCluster::start_again`] brings it back.
+    pub fn stop(&self) {
+        self.ctl("stop");
+    }
+
+    pub fn start_again(&self) {
+        self.ctl("start");
+    }
+
     fn ctl(&self, action: &str) {
         run(Command::new("pg_ctlcluster").args([
             "--skip-systemctl-redirect",

@@ -191,3 +191,47 @@ async fn postgres_restart_mid_drain_loses_nothing() {
         }
     }
 }
+
+/// A database that goes away for good: `--once` retries for `--connect-timeout`, then exits 3
+/// (after at most the lease of the batch it was settling, plus that timeout).
+#[tokio::test]
+async fn once_gives_up_with_exit_3_when_the_database_stays_down() {
+    let cluster = PgCluster::start("outboxctl_it_down", 18233);
+    let db = TestDb::new_at(&cluster.url()).await;
+    db.seed_ready(EVENTS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    let mut child = relay_to_file(&db, Mode::Lease, &path)
+        .args(["--once", "--batch-size", "100", "--lease", "5s"])
+        .args(["--connect-timeout", "2s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = capture(child.stderr.take().unwrap());
+    wait_until(Duration::from_secs(60), "drain progress", || async {
+        published(&db).await >= 1_000
+    })
+    .await;
+    cluster.stop();
+    let stopped = std::time::Instant::now();
+    let mut status = None;
+    wait_until(Duration::from_secs(30), "the run gives up", || {
+        status = child.try_wait().unwrap();
+        std::future::ready(status.is_some())
+    })
+    .await;
+    let log = log.lock().unwrap().clone();
+    assert_eq!(status.unwrap().code(), Some(3), "{log}");
+    assert!(
+        log.contains("could not reconnect within 2s (--connect-timeout)"),
+        "{log}"
+    );
+    // The batch being settled may hold on until its 5 s lease ends; then 2 s of reconnecting,
+    // each attempt itself bounded by the 2 s connect timeout.
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5 + 2 + 2 + 3),
+        "gave up after {:?}",
+        stopped.elapsed()
+    );
+}
