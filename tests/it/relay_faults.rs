@@ -234,4 +234,20 @@ async fn once_gives_up_with_exit_3_when_the_database_stays_down() {
         "gave up after {:?}",
         stopped.elapsed()
     );
+    // Back up: the next run delivers the rest; a batch whose mark was abandoned when the lease
+    // ended is the only one re-sent (it waits for that lease: expire it rather than wait).
+    cluster.start_again();
+    db.exec("UPDATE outbox SET locked_until = now() WHERE locked_until IS NOT NULL")
+        .await;
+    let out = relay_to_file(&db, Mode::Lease, &path)
+        .args(["--once", "--batch-size", "100"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (lost, dupes) = lost_and_duplicated(&path);
+    assert_eq!(lost, 0);
+    assert!(
+        dupes <= 100,
+        "{dupes} re-sent: more than the batch in flight"
+    );
 }
