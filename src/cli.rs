@@ -287,6 +287,9 @@ pub struct RelayArgs {
     pub sink: String,
 
     /// Drain what is ready now, print a summary, exit.
+    ///
+    /// A lost connection or a server restart mid-run is reconnected; the run exits 3 when the
+    /// database stays unreachable for --connect-timeout.
     #[arg(long, env = "OUTBOXCTL_ONCE", value_parser = FalseyValueParser::new())]
     pub once: bool,
 

@@ -33,6 +33,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let log_format = cli.log.log_format;
     runtime.block_on(async move {
         match cli.command {
             Command::Migrate(args) => cmd::migrate::run(args).await,
@@ -42,7 +43,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Requeue(args) => cmd::requeue::run(args).await,
             Command::Events(args) => cmd::events::run(args).await,
             Command::Prune(args) => cmd::prune::run(args).await,
-            Command::Relay(args) => cmd::relay::run(args).await,
+            Command::Relay(args) => cmd::relay::run(args, log_format).await,
             Command::Demo(args) => cmd::demo::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Completions(_) => unreachable!("handled above"),

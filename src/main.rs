@@ -6,14 +6,12 @@ fn main() -> ExitCode {
         outboxctl::output::eprint_line(format_args!("error: {err}"));
         return outboxctl::exit::to_exit_code(err.code);
     }
+    let log_format = cli.log.log_format;
     match outboxctl::run(cli) {
         Ok(code) => outboxctl::exit::to_exit_code(code),
         Err(err) if outboxctl::exit::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            outboxctl::output::eprint_line(format_args!(
-                "error: {}",
-                outboxctl::exit::message(&err)
-            ));
+            outboxctl::logging::print_error(&err, log_format);
             outboxctl::exit::to_exit_code(outboxctl::exit::code_of(&err))
         }
     }

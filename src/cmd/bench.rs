@@ -381,6 +381,7 @@ async fn start_daemon(
     let settings = DaemonSettings {
         poll_interval: Duration::from_secs(5),
         channel: cfg.schema.channel(),
+        heartbeat: crate::relay::daemon::HEARTBEAT,
     };
     let token = CancellationToken::new();
     let t = token.clone();

@@ -5,12 +5,12 @@ use std::time::Instant;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{RelayArgs, RelayMode};
+use crate::cli::{LogFormat, RelayArgs, RelayMode};
 use crate::config::DbConfig;
 use crate::exit::{self, CodedError};
 use crate::relay::daemon::{DaemonSettings, OnceLimits};
 use crate::relay::step::Failpoint;
-use crate::relay::{Backoff, Mode, Relay, RelayConfig, Report};
+use crate::relay::{Backoff, Mode, Relay, RelayConfig, RelayEvent, Report};
 use crate::sink::{self, SinkOptions};
 use crate::{db, output};
 
@@ -93,23 +93,40 @@ pub async fn build(
     Ok((relay, cfg))
 }
 
-pub async fn run(args: RelayArgs) -> anyhow::Result<u8> {
-    let (relay, cfg) = build(&args, |k| std::env::var(k).ok()).await?;
+pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
+    let env = |k: &str| std::env::var(k).ok();
+    let (relay, cfg) = build(&args, env).await?;
+    // Hidden: tests shorten the heartbeat so they need not wait a minute.
+    let heartbeat = match env("OUTBOXCTL_HEARTBEAT_INTERVAL") {
+        Some(v) => humantime::parse_duration(&v)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                CodedError::usage(format!(
+                    "OUTBOXCTL_HEARTBEAT_INTERVAL: `{v}` is not a duration greater than zero"
+                ))
+            })?,
+        None => crate::relay::daemon::HEARTBEAT,
+    };
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
     let started = Instant::now();
-    tracing::info!(sink = %relay.sink.describe(), mode = ?relay.cfg.mode, schema = cfg.schema.name(), once = args.once, "relay starting");
+    tracing::info!(sink = %relay.sink.describe(), mode = %relay.cfg.mode, schema = cfg.schema.name(), once = args.once, "relay starting");
     let report = if args.once {
         let limits = OnceLimits {
             max_events: args.max_events,
             max_duration: args.max_duration,
+            reconnect_for: cfg.connect_timeout,
         };
         match crate::relay::daemon::once(&relay, limits, &shutdown).await {
             Ok(r) => r,
-            Err(e) if db::is_transient(&e) => {
-                return Err(
-                    CodedError::database(format!("lost the database during the run: {e}")).into(),
-                )
+            Err(e) if e.is_transient() => {
+                return Err(CodedError::database(format!(
+                    "lost the database during the run and could not reconnect within {} (--connect-timeout): {}",
+                    humantime::format_duration(cfg.connect_timeout),
+                    e.db()
+                ))
+                .into())
             }
             Err(e) => return Err(e.into()),
         }
@@ -117,6 +134,7 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<u8> {
         let settings = DaemonSettings {
             poll_interval: args.poll_interval,
             channel: cfg.schema.channel(),
+            heartbeat,
         };
         crate::relay::daemon::daemon(&relay, &settings, &shutdown).await
     };
@@ -127,11 +145,14 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<u8> {
         elapsed_ms: started.elapsed().as_millis() as u64,
         report: &report,
     };
-    print_summary(
-        &summary,
-        args.output.json,
-        relay.sink.describe() == "stdout",
-    )?;
+    let format = if args.output.json {
+        SummaryFormat::Json
+    } else if log_format == LogFormat::Json {
+        SummaryFormat::LogLine
+    } else {
+        SummaryFormat::Text
+    };
+    print_summary(&summary, format, relay.sink.describe() == "stdout")?;
     match &report.sink_down {
         Some(sink::SinkError::Stalled(e)) => {
             let advice = match relay.cfg.mode {
@@ -165,33 +186,53 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
+/// How the summary is written: `--json`'s object; under `--log-format json` (without `--json`) a
+/// JSON log line (`timestamp`, `level`, `message` and the same fields), so every line the daemon
+/// prints parses as JSON; otherwise one line of text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SummaryFormat {
+    Text,
+    Json,
+    LogLine,
+}
+
 /// The summary goes to stdout, unless the sink itself writes there (then stderr).
-fn print_summary(s: &Summary<'_>, json: bool, sink_is_stdout: bool) -> anyhow::Result<()> {
-    let text = if json {
-        serde_json::to_string(s)?
-    } else {
-        let r = s.report;
-        format!(
-            "relayed to {} ({} mode) in {}: {} published, {} retried, {} dead-lettered, {} released, {} lease-lost{}",
-            s.sink,
-            match s.mode {
-                Mode::Lease => "lease",
-                Mode::Tx => "tx",
-            },
-            output::human_duration(std::time::Duration::from_millis(s.elapsed_ms)),
-            r.published,
-            r.retried,
-            r.dead_lettered,
-            r.released,
-            r.lease_lost,
-            if r.unavailable > 0 {
-                format!(" ({} given back: the sink could not take them)", r.unavailable)
-            } else {
-                String::new()
-            }
-        )
+fn print_summary(
+    s: &Summary<'_>,
+    format: SummaryFormat,
+    sink_is_stdout: bool,
+) -> anyhow::Result<()> {
+    let text = match format {
+        SummaryFormat::Json => serde_json::to_string(s)?,
+        SummaryFormat::LogLine => {
+            let serde_json::Value::Object(fields) = serde_json::to_value(s)? else {
+                unreachable!("a struct serializes to an object")
+            };
+            crate::logging::json_line("info", "relay finished", fields)
+        }
+        SummaryFormat::Text => {
+            let r = s.report;
+            format!(
+                "relayed to {} ({} mode) in {}: {} published, {} retried, {} dead-lettered, {} released, {} lease-lost{}",
+                s.sink,
+                s.mode,
+                output::human_duration(std::time::Duration::from_millis(s.elapsed_ms)),
+                r.published,
+                r.retried,
+                r.dead_lettered,
+                r.released,
+                r.lease_lost,
+                if r.unavailable > 0 {
+                    format!(" ({} given back: the sink could not take them)", r.unavailable)
+                } else {
+                    String::new()
+                }
+            )
+        }
     };
-    // JSON is data, printed whatever -q says; the text line is a summary that -q silences.
+    // JSON is data, printed whatever -q says; the text line (or its JSON log-line form) is a
+    // summary that -q silences.
+    let json = format == SummaryFormat::Json;
     match (json, sink_is_stdout) {
         (true, true) => output::eprint_line(text),
         (true, false) => output::print_line(text)?,
@@ -218,15 +259,11 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
             }
             signals += 1;
             if signals == 1 {
-                tracing::info!(
-                    "shutting down: finishing in-flight publishes (a second signal exits at once)"
-                );
+                RelayEvent::ShutdownRequested.emit();
                 shutdown.cancel();
             } else {
-                eprintln!(
-                    "second signal: exiting now; unsettled claims are retried after their lease"
-                );
-                std::process::exit(130);
+                RelayEvent::SecondSignal.emit();
+                std::process::exit(i32::from(exit::INTERRUPTED));
             }
         }
     });

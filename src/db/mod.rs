@@ -13,8 +13,9 @@ pub mod publish;
 pub mod relay;
 pub mod stats;
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
-use sqlx::Connection;
+use sqlx::{Connection, Postgres};
 
 use crate::config::DbConfig;
 use crate::exit::CodedError;
@@ -38,6 +39,53 @@ pub fn is_transient(err: &sqlx::Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `err` means the connection itself is gone (server restart, `pg_terminate_backend`, a
+/// network cut), as opposed to a statement failing on a healthy session. Such a connection must
+/// not go back to the pool: see [`discard_if_broken`].
+pub fn is_connection_lost(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // 08: connection exception; 57P01-57P03: the server ended or refused the session.
+            code.starts_with("08") || code.starts_with("57P")
+        }
+        _ => false,
+    }
+}
+
+/// Marks a pooled connection whose statement failed with `err` to be closed instead of returned
+/// to the pool, when `err` says the connection is gone; a healthy one goes back as usual.
+pub fn discard_if_broken(conn: &mut PoolConnection<Postgres>, err: &sqlx::Error) {
+    if is_connection_lost(err) {
+        conn.close_on_drop();
+    }
+}
+
+/// A pooled connection that has just answered a ping, for a retry after a connection broke.
+///
+/// The relay's pool hands out idle connections untested (`test_before_acquire(false)`: a ping
+/// per acquire would add a round trip to every statement of the hot path). After a server
+/// restart or `pg_terminate_backend` every idle connection may be dead, so a retry that took the
+/// next idle one would likely fail the same way. This pings each candidate and closes the dead
+/// ones, so the pool opens a fresh connection once the idle ones are used up.
+pub async fn acquire_live(pool: &PgPool) -> sqlx::Result<PoolConnection<Postgres>> {
+    // Every idle connection may be dead; one more acquire than the pool holds opens a new one.
+    let tries = pool.options().get_max_connections() + 1;
+    let mut last = None;
+    for _ in 0..tries {
+        let mut conn = pool.acquire().await?;
+        match conn.ping().await {
+            Ok(()) => return Ok(conn),
+            Err(e) => {
+                conn.close_on_drop();
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or(sqlx::Error::PoolTimedOut))
 }
 
 fn connect_error(cfg: &DbConfig, err: impl std::fmt::Display) -> CodedError {
@@ -148,7 +196,10 @@ pub async fn ensure_migrated_through<'a>(
 }
 
 /// The relay's pool: sessions may commit asynchronously (a lost mark only re-publishes), and an
-/// idle-in-transaction timeout of one lease ends a hung tx-mode relay's row locks.
+/// idle-in-transaction timeout of one lease ends a hung tx-mode relay's row locks. Idle
+/// connections are not pinged on acquire (a round trip per statement on the hot path); after a
+/// connection breaks, the relay retries on one from [`acquire_live`] and closes the broken one
+/// ([`discard_if_broken`]).
 pub async fn pool_for_relay(
     cfg: &DbConfig,
     max: u32,

@@ -140,8 +140,9 @@ const FAILURE_OUTCOME: &str = "available_at = CASE WHEN f.dead THEN o.available_
                 last_error = f.err
            FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::text[]) AS f(id, delay, dead, err)";
 
-/// Lease mode: records failures (retry later, or dead-letter) for rows `token` still owns.
-/// Returns the ids it changed.
+/// Lease mode: records failures (retry later, or dead-letter) for rows `token` still owns and
+/// has not settled yet (`locked_until IS NOT NULL`: the claim set it, the settle clears it), so a
+/// settle retried after a lost connection changes nothing twice. Returns the ids it changed.
 pub async fn settle_failed(
     conn: &mut PgConnection,
     failures: &[Failure],
@@ -155,7 +156,7 @@ pub async fn settle_failed(
         "UPDATE outbox o
             SET locked_until = NULL,
                 {FAILURE_OUTCOME}
-          WHERE o.id = f.id AND o.claim_token = $5
+          WHERE o.id = f.id AND o.claim_token = $5 AND o.locked_until IS NOT NULL
             AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
           RETURNING o.id"
     );
@@ -203,7 +204,8 @@ fn failure_columns(failures: &[Failure]) -> (Vec<i64>, Vec<i64>, Vec<bool>, Vec<
 }
 
 /// Lease mode: gives back claimed rows that were never published (shutdown), undoing the attempt
-/// count, so another relay takes them at once. Fenced like the settles.
+/// count, so another relay takes them at once. Fenced like the settles, and only while the lease
+/// is still set, so a release retried after a lost connection cannot undo the count twice.
 pub async fn release(conn: &mut PgConnection, ids: &[i64], token: Uuid) -> sqlx::Result<u64> {
     if ids.is_empty() {
         return Ok(0);
@@ -211,7 +213,7 @@ pub async fn release(conn: &mut PgConnection, ids: &[i64], token: Uuid) -> sqlx:
     Ok(sqlx::query(
         "UPDATE outbox
             SET locked_until = NULL, attempt_count = greatest(attempt_count - 1, 0)
-          WHERE id = ANY($1) AND claim_token = $2
+          WHERE id = ANY($1) AND claim_token = $2 AND locked_until IS NOT NULL
             AND published_at IS NULL AND dead_lettered_at IS NULL",
     )
     .bind(ids)
@@ -219,6 +221,25 @@ pub async fn release(conn: &mut PgConnection, ids: &[i64], token: Uuid) -> sqlx:
     .execute(conn)
     .await?
     .rows_affected())
+}
+
+/// Lease mode: which of `ids` still carry `token`, i.e. were claimed by no one since. A settle
+/// retried after its connection broke uses it for the rows the retry did not change: still ours
+/// means the earlier attempt did change them before the connection went (the fences above make a
+/// second change a no-op); not ours means another relay claimed them after our lease.
+pub async fn still_claimed(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    token: Uuid,
+) -> sqlx::Result<Vec<i64>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT id FROM outbox WHERE id = ANY($1) AND claim_token = $2")
+        .bind(ids)
+        .bind(token)
+        .fetch_all(conn)
+        .await
 }
 
 /// Transaction mode: unmarks rows that were claimed but never published (shutdown).
@@ -264,4 +285,31 @@ pub async fn set_async_commit(conn: &mut PgConnection) -> sqlx::Result<()> {
         .execute(conn)
         .await
         .map(|_| ())
+}
+
+/// The relay heartbeat's figures: pending rows split into due and unleased (`backlog`), not yet
+/// due (`scheduled`) and leased (`in_flight`; tx-mode claims hold row locks, not leases, and
+/// count as backlog).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct Backlog {
+    pub backlog: i64,
+    pub scheduled: i64,
+    pub in_flight: i64,
+}
+
+/// One pass over the pending rows, through the partial `outbox_ready_idx` (pending rows only, so
+/// published history is never read); once a minute, so its cost is that of a `count(*)` over the
+/// backlog.
+pub async fn backlog(conn: &mut PgConnection) -> sqlx::Result<Backlog> {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE available_at <= now()
+                                   AND (locked_until IS NULL OR locked_until < now())) AS backlog,
+                count(*) FILTER (WHERE available_at > now()
+                                   AND (locked_until IS NULL OR locked_until < now())) AS scheduled,
+                count(*) FILTER (WHERE locked_until >= now()) AS in_flight
+           FROM outbox
+          WHERE published_at IS NULL AND dead_lettered_at IS NULL",
+    )
+    .fetch_one(conn)
+    .await
 }

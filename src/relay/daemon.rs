@@ -1,34 +1,60 @@
 //! The loops around [`Relay::step`]: `once` drains what is ready and returns; `daemon` runs until
 //! shutdown, sleeping between batches until a NOTIFY, the next delayed event's due time, or the
-//! poll tick, whichever comes first.
+//! poll tick, whichever comes first. Both finish a lease-mode settle that a broken connection
+//! interrupted ([`step_settled`]) and emit what the step reports ([`RelayEvent`]).
 
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{Backoff, Relay, Report};
+use super::events::{Heartbeat, RelayEvent};
+use super::step::PendingSettle;
+use super::{Backoff, Relay, Report, StepError};
 use crate::sink::SinkError;
 
 /// Limits of a `--once` run.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct OnceLimits {
     pub max_events: Option<u64>,
     pub max_duration: Option<Duration>,
+    /// How long the database may keep failing (connection lost, server restarting) before the
+    /// run gives up; the CLI uses `--connect-timeout`.
+    pub reconnect_for: Duration,
+}
+
+impl Default for OnceLimits {
+    fn default() -> Self {
+        Self {
+            max_events: None,
+            max_duration: None,
+            reconnect_for: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Drains ready rows until a batch comes back short (nothing more is ready and unlocked), a limit
-/// is reached, or shutdown. Database errors end the run.
+/// is reached, or shutdown. A transient database error (lost connection, restart) is retried
+/// with backoff on a new connection; the run fails only when the database keeps failing for
+/// `reconnect_for`, or is failing when `max_duration` ends, or on a permanent error.
 pub async fn once(
     relay: &Relay,
     limits: OnceLimits,
     shutdown: &CancellationToken,
-) -> Result<Report, sqlx::Error> {
+) -> Result<Report, StepError> {
     let started = Instant::now();
     let mut total = Report::default();
+    let mut error_backoff = ErrorBackoff::default();
+    let mut failing: Option<(Instant, StepError)> = None;
     loop {
-        if shutdown.is_cancelled() || limits.max_duration.is_some_and(|d| started.elapsed() >= d) {
+        if shutdown.is_cancelled() {
             break;
+        }
+        if limits.max_duration.is_some_and(|d| started.elapsed() >= d) {
+            match failing {
+                Some((_, e)) => return Err(e),
+                None => break,
+            }
         }
         let remaining = limits.max_events.map(|m| m.saturating_sub(total.claimed));
         if remaining == Some(0) {
@@ -37,7 +63,30 @@ pub async fn once(
         let limit = remaining.map_or(relay.cfg.batch_size, |r| {
             r.min(u64::from(relay.cfg.batch_size)) as u32
         });
-        let r = relay.step(limit, shutdown).await?;
+        let r = match step_settled(relay, limit, shutdown).await {
+            Ok(r) => r,
+            Err(e) if e.is_transient() => {
+                let since = failing.as_ref().map_or_else(Instant::now, |(t, _)| *t);
+                let left = limits.reconnect_for.saturating_sub(since.elapsed());
+                if left.is_zero() {
+                    RelayEvent::GaveUp {
+                        error: e.to_string(),
+                        after: since.elapsed(),
+                    }
+                    .emit();
+                    return Err(e);
+                }
+                let wait = error_backoff.next().min(left);
+                step_failed(&e, wait);
+                failing = Some((since, e));
+                sleep_or_shutdown(wait, shutdown).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        failing = None;
+        error_backoff.reset();
+        emit_all(&r);
         total.add(&r);
         if r.sink_down.is_some() {
             // The sink could not take the batch (outage, closed or stalled consumer): the rows
@@ -53,13 +102,113 @@ pub async fn once(
     Ok(total)
 }
 
+/// One step; when its lease-mode settle failed because the connection broke, settles again on a
+/// live connection with backoff for as long as the claim's lease lasts. Past the lease another
+/// relay may take the rows, and re-sending them is what the lease is for.
+///
+/// This runs even after shutdown began: marking what was published is what a clean shutdown
+/// is for (a second signal still exits at once).
+pub async fn step_settled(
+    relay: &Relay,
+    limit: u32,
+    shutdown: &CancellationToken,
+) -> Result<Report, StepError> {
+    match relay.step(limit, shutdown).await {
+        Err(StepError::Unsettled { pending, source }) => {
+            settle_within_lease(relay, *pending, source).await
+        }
+        other => other,
+    }
+}
+
+async fn settle_within_lease(
+    relay: &Relay,
+    pending: PendingSettle,
+    first: sqlx::Error,
+) -> Result<Report, StepError> {
+    // First retry at once (a terminated backend: the next connection works), then 50 ms
+    // doubling to 2 s (a restarting server).
+    let backoff = Backoff {
+        base: Duration::from_millis(50),
+        max: Duration::from_secs(2),
+    };
+    let started = tokio::time::Instant::now();
+    RelayEvent::SettleFailed {
+        events: pending.events(),
+        error: first.to_string(),
+        lease_left: pending.lease_ends.saturating_duration_since(started),
+    }
+    .emit();
+    let mut last = first;
+    let mut attempts = 1;
+    loop {
+        let wait = if attempts == 1 {
+            Duration::ZERO
+        } else {
+            backoff.delay(attempts - 1)
+        };
+        if tokio::time::Instant::now() + wait >= pending.lease_ends {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+        attempts += 1;
+        match tokio::time::timeout_at(pending.lease_ends, relay.settle_again(&pending)).await {
+            Ok(Ok(report)) => {
+                RelayEvent::SettleRecovered {
+                    events: pending.events(),
+                    attempts,
+                    elapsed: started.elapsed(),
+                }
+                .emit();
+                return Ok(report);
+            }
+            Ok(Err(e)) if crate::db::is_transient(&e) => last = e,
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => break,
+        }
+    }
+    RelayEvent::SettleAbandoned {
+        events: pending.events(),
+        attempts,
+        error: last.to_string(),
+    }
+    .emit();
+    Err(StepError::Db(last))
+}
+
+fn emit_all(r: &Report) {
+    for e in &r.events {
+        e.emit();
+    }
+}
+
+fn step_failed(e: &StepError, retry_in: Duration) {
+    if let StepError::RolledBack { published, source } = e {
+        RelayEvent::TxRolledBack {
+            events: *published,
+            error: source.to_string(),
+        }
+        .emit();
+    }
+    RelayEvent::StepFailed {
+        error: e.db().to_string(),
+        retry_in,
+    }
+    .emit();
+}
+
 /// Settings of the daemon loop.
 #[derive(Debug, Clone)]
 pub struct DaemonSettings {
     pub poll_interval: Duration,
     /// NOTIFY channel of the outbox's insert trigger.
     pub channel: String,
+    /// How often the INFO heartbeat is logged, also when idle.
+    pub heartbeat: Duration,
 }
+
+/// The heartbeat's default interval.
+pub const HEARTBEAT: Duration = Duration::from_secs(60);
 
 /// Runs until `shutdown`; survives database and sink outages (logs, backs off, goes on).
 pub async fn daemon(
@@ -70,13 +219,19 @@ pub async fn daemon(
     let mut total = Report::default();
     let mut listener: Option<PgListener> = None;
     let mut error_backoff = ErrorBackoff::default();
-    let mut last_log = Instant::now();
-    let mut since_log = Report::default();
+    let mut last_beat = tokio::time::Instant::now();
+    let mut since_beat = Report::default();
     let mut circuit: Option<Circuit> = None;
     loop {
         if shutdown.is_cancelled() {
             break;
         }
+        if last_beat.elapsed() >= settings.heartbeat {
+            heartbeat(relay, &since_beat, last_beat.elapsed()).await;
+            last_beat = tokio::time::Instant::now();
+            since_beat = Report::default();
+        }
+        let next_beat = last_beat + settings.heartbeat;
         // LISTEN before looking for work, so an insert committed after the claim still wakes us.
         if listener.is_none() {
             listener = listen(relay, &settings.channel).await;
@@ -84,11 +239,12 @@ pub async fn daemon(
         let limit = circuit
             .as_ref()
             .map_or(relay.cfg.batch_size, |c| c.probe_size(relay.cfg.batch_size));
-        let (full, claimed_none) = match relay.step(limit, shutdown).await {
+        let (full, claimed_none) = match step_settled(relay, limit, shutdown).await {
             Ok(r) => {
                 error_backoff.reset();
+                emit_all(&r);
                 total.add(&r);
-                since_log.add(&r);
+                since_beat.add(&r);
                 match &r.sink_down {
                     Some(SinkError::Closed(e)) => {
                         tracing::info!(error = %e, "the sink's reader is gone; stopping");
@@ -100,7 +256,11 @@ pub async fn daemon(
                     }
                     Some(e) => {
                         let wait = Circuit::failed(&mut circuit, e, relay.cfg.backoff);
-                        sleep_or_shutdown(wait, shutdown).await;
+                        tokio::select! {
+                            _ = shutdown.cancelled() => {}
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = tokio::time::sleep_until(next_beat) => {}
+                        }
                         continue;
                     }
                     None if r.claimed > 0 => {
@@ -117,32 +277,25 @@ pub async fn daemon(
             }
             Err(e) => {
                 let wait = error_backoff.next();
-                tracing::warn!(error = %e, retry_in = ?wait, "relay step failed; backing off");
-                if e.as_database_error().is_none() {
+                step_failed(&e, wait);
+                if e.db().as_database_error().is_none() {
                     listener = None; // the connection may be gone; LISTEN again when back
                 }
-                sleep_or_shutdown(wait, shutdown).await;
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = tokio::time::sleep_until(next_beat) => {}
+                }
                 continue;
             }
         };
-        if last_log.elapsed() >= Duration::from_secs(60) && since_log.claimed > 0 {
-            tracing::info!(
-                published = since_log.published,
-                retried = since_log.retried,
-                dead_lettered = since_log.dead_lettered,
-                lease_lost = since_log.lease_lost,
-                "relayed in the last {}s",
-                last_log.elapsed().as_secs()
-            );
-            last_log = Instant::now();
-            since_log = Report::default();
-        }
         if full {
             continue; // more may be ready: claim again at once
         }
         let due = match relay.pool.acquire().await {
             Ok(mut conn) => crate::db::relay::next_due_in(&mut conn)
                 .await
+                .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
                 .ok()
                 .flatten(),
             Err(_) => None,
@@ -151,6 +304,7 @@ pub async fn daemon(
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(next_beat) => {}
             n = recv(&mut listener) => {
                 if !n {
                     listener = None;
@@ -241,6 +395,25 @@ impl Circuit {
     }
 }
 
+/// Logs the heartbeat: the outbox's backlog (one query) and what the relay did since the last.
+async fn heartbeat(relay: &Relay, since: &Report, interval: Duration) {
+    let figures = async {
+        let mut conn = relay.pool.acquire().await?;
+        crate::db::relay::backlog(&mut conn)
+            .await
+            .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
+    };
+    RelayEvent::Heartbeat(Heartbeat {
+        figures: figures.await.map_err(|e| e.to_string()),
+        interval,
+        published: since.published,
+        retried: since.retried,
+        dead_lettered: since.dead_lettered,
+        lease_lost: since.lease_lost,
+    })
+    .emit();
+}
+
 /// How long to sleep before the next claim. A row already due that the last claim could not take
 /// is locked by another relay's open transaction (tx mode): look again shortly, without spinning.
 fn wait_time(due: Option<Duration>, claimed_none: bool, poll: Duration) -> Duration {
@@ -302,6 +475,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn probes_start_with_one_event_and_widen_for_a_poison_probe() {
+        let c = |probes| Circuit {
+            since: Instant::now(),
+            probes,
+            last_warn: Instant::now(),
+        };
+        let sizes: Vec<u32> = (0..16).map(|p| c(p).probe_size(500)).collect();
+        assert_eq!(sizes, [1, 1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 8, 16, 16, 16, 16]);
+        assert_eq!(c(100).probe_size(500), PROBE_MAX);
+        assert_eq!(c(100).probe_size(3), 3, "never more than a batch");
+        assert_eq!(c(0).probe_size(0), 1);
+    }
+
+    #[test]
     fn wait_time_rules() {
         let poll = Duration::from_secs(5);
         assert_eq!(wait_time(None, true, poll), poll);
@@ -320,20 +507,6 @@ mod tests {
             Duration::from_millis(301)
         );
         assert_eq!(wait_time(Some(Duration::from_secs(60)), true, poll), poll);
-    }
-
-    #[test]
-    fn probes_start_with_one_event_and_widen_for_a_poison_probe() {
-        let c = |probes| Circuit {
-            since: Instant::now(),
-            probes,
-            last_warn: Instant::now(),
-        };
-        let sizes: Vec<u32> = (0..16).map(|p| c(p).probe_size(500)).collect();
-        assert_eq!(sizes, [1, 1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 8, 16, 16, 16, 16]);
-        assert_eq!(c(100).probe_size(500), PROBE_MAX);
-        assert_eq!(c(100).probe_size(3), 3, "never more than a batch");
-        assert_eq!(c(0).probe_size(0), 1);
     }
 }
 

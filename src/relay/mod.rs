@@ -9,6 +9,7 @@
 //!   for fast, local, synchronous sinks.
 
 pub mod daemon;
+pub mod events;
 pub mod step;
 
 use std::time::Duration;
@@ -16,7 +17,8 @@ use std::time::Duration;
 use rand::Rng;
 use serde::Serialize;
 
-pub use step::{Relay, RelayConfig};
+pub use events::RelayEvent;
+pub use step::{Relay, RelayConfig, StepError};
 
 /// How claims are settled (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -48,7 +50,7 @@ impl Backoff {
 }
 
 /// What one step, or a whole run, did.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize)]
 pub struct Report {
     /// Rows claimed.
     pub claimed: u64,
@@ -73,9 +75,14 @@ pub struct Report {
     /// `Stalled`): the loops pause, or stop, on it. The latest one of a run.
     #[serde(skip)]
     pub sink_down: Option<crate::sink::SinkError>,
+    /// What a step saw that deserves a log line (dead letters, lost leases), for the loop to
+    /// emit: the step itself never logs. Not summed by [`Report::add`].
+    #[serde(skip)]
+    pub events: Vec<RelayEvent>,
 }
 
 impl Report {
+    /// Adds `o`'s counts (not its events).
     pub fn add(&mut self, o: &Report) {
         self.claimed += o.claimed;
         self.published += o.published;

@@ -1,14 +1,16 @@
 //! One relay step: claim a batch, publish it, settle it. Never sleeps, never prints: the loops in
 //! `daemon` decide when to call it, tests call it directly.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{Connection, PgPool};
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgPool, Postgres};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{truncate_error, Backoff, Mode, Report};
+use super::{truncate_error, Backoff, Mode, RelayEvent, Report};
 use crate::db::relay::{self as sql, ClaimedRow, Failure};
 use crate::sink::{batch_verdict, Outcome, PublishCtl, Sink, SinkError};
 
@@ -51,11 +53,15 @@ pub struct Relay {
 impl Relay {
     /// Claims at most `limit` (≤ batch size) ready rows, publishes them and settles the outcome.
     /// Claims nothing once `shutdown` is cancelled.
+    ///
+    /// A lease-mode settle that fails because its connection broke returns
+    /// [`StepError::Unsettled`] with what is needed to settle again ([`Relay::settle_again`]);
+    /// the loop decides when (the step never sleeps).
     pub async fn step(
         &self,
         limit: u32,
         shutdown: &CancellationToken,
-    ) -> Result<Report, sqlx::Error> {
+    ) -> Result<Report, StepError> {
         if shutdown.is_cancelled() {
             return Ok(Report::default());
         }
@@ -78,11 +84,15 @@ impl Relay {
         }
     }
 
-    async fn step_lease(&self, limit: i64, ctl: &PublishCtl) -> Result<Report, sqlx::Error> {
+    async fn step_lease(&self, limit: i64, ctl: &PublishCtl) -> Result<Report, StepError> {
         let token = Uuid::new_v4();
+        // Taken before the claim is sent: the lease (from the server's now()) ends later.
+        let claimed_at = tokio::time::Instant::now();
         let rows = {
             let mut conn = self.pool.acquire().await?;
-            sql::claim_lease(&mut conn, limit, self.cfg.lease, token).await?
+            sql::claim_lease(&mut conn, limit, self.cfg.lease, token)
+                .await
+                .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))?
         };
         let mut report = Report {
             claimed: rows.len() as u64,
@@ -94,58 +104,115 @@ impl Relay {
         let outcomes = self.sink.publish(&rows, ctl).await;
         self.failpoint_after_publish().await;
         let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
-
-        // Settle, fenced by the token. Retried once on a fresh connection: a relay whose settle
-        // is lost leaves leased rows that are re-published after the lease (same dedup id).
-        let mut attempt = 0;
-        let (marked, failed, released) = loop {
-            attempt += 1;
-            match self.settle_lease(&sorted, token).await {
-                Ok(r) => break r,
-                Err(e) if attempt < 2 && crate::db::is_transient(&e) => {
-                    tracing::warn!(error = %e, "settle failed; retrying once on a new connection");
-                }
-                Err(e) => return Err(e),
-            }
+        let pending = PendingSettle {
+            dead_event_types: dead_event_types(&rows, &sorted),
+            token,
+            lease_ends: claimed_at + self.cfg.lease,
+            sorted,
+            report,
         };
+        let settled = match self.pool.acquire().await {
+            Ok(mut conn) => self.settle_lease(&pending, &mut conn, false).await,
+            Err(e) => Err(e),
+        };
+        match settled {
+            Ok(report) => Ok(report),
+            Err(source) if crate::db::is_transient(&source) => Err(StepError::Unsettled {
+                pending: Box::new(pending),
+                source,
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Settles a lease-mode batch again after [`StepError::Unsettled`], on a connection that has
+    /// just answered a ping (the pool's idle ones may all be dead after a restart). The fenced
+    /// statements make a repeat harmless if the earlier attempt did go through.
+    pub async fn settle_again(&self, pending: &PendingSettle) -> Result<Report, sqlx::Error> {
+        let mut conn = crate::db::acquire_live(&self.pool).await?;
+        self.settle_lease(pending, &mut conn, true).await
+    }
+
+    /// Runs the fenced settle statements for `p` on `conn` and completes its report. `retry`:
+    /// an earlier attempt may have gone through before its connection broke, so rows the
+    /// statements did not change but that still carry our token count as settled, not lost.
+    async fn settle_lease(
+        &self,
+        p: &PendingSettle,
+        conn: &mut PoolConnection<Postgres>,
+        retry: bool,
+    ) -> Result<Report, sqlx::Error> {
+        let s = &p.sorted;
+        let run = async {
+            let mut marked = sql::settle_published(conn, &s.published, p.token).await?;
+            let mut failed = sql::settle_failed(conn, &s.failures, p.token).await?;
+            let released = sql::release(conn, &s.unpublished, p.token).await?;
+            if retry {
+                let missing: Vec<i64> = s
+                    .published
+                    .iter()
+                    .chain(s.failures.iter().map(|f| &f.id))
+                    .filter(|id| !marked.contains(id) && !failed.contains(id))
+                    .copied()
+                    .collect();
+                let ours: HashSet<i64> = sql::still_claimed(conn, &missing, p.token)
+                    .await?
+                    .into_iter()
+                    .collect();
+                marked.extend(s.published.iter().filter(|id| ours.contains(id)));
+                failed.extend(
+                    s.failures
+                        .iter()
+                        .map(|f| f.id)
+                        .filter(|id| ours.contains(id)),
+                );
+            }
+            Ok::<_, sqlx::Error>((marked, failed, released))
+        };
+        let (marked, failed, released) = run
+            .await
+            .inspect_err(|e| crate::db::discard_if_broken(conn, e))?;
+
+        let mut report = p.report.clone();
         report.published = marked.len() as u64;
-        let failed_set: std::collections::HashSet<i64> = failed.iter().copied().collect();
-        for f in &sorted.failures {
+        let failed_set: HashSet<i64> = failed.iter().copied().collect();
+        for f in &s.failures {
             if failed_set.contains(&f.id) {
                 if f.dead {
                     report.dead_lettered += 1;
+                    report.events.push(p.dead_lettered(f));
                 } else {
                     report.retried += 1;
                 }
             }
         }
         report.released = released;
-        report.lease_lost = (sorted.published.len() - marked.len()) as u64
-            + (sorted.failures.len() - failed.len()) as u64;
+        report.lease_lost =
+            (s.published.len() - marked.len()) as u64 + (s.failures.len() - failed.len()) as u64;
         if report.lease_lost > 0 {
-            tracing::warn!(
-                lease_lost = report.lease_lost,
-                claim_token = %token,
-                "lease expired and the rows were claimed again by another relay; left them to it (consider a longer --lease)"
-            );
+            report.events.push(RelayEvent::LeaseLost {
+                rows: report.lease_lost,
+                claim_token: p.token,
+            });
         }
         Ok(report)
     }
 
-    async fn settle_lease(
-        &self,
-        s: &Sorted,
-        token: Uuid,
-    ) -> Result<(Vec<i64>, Vec<i64>, u64), sqlx::Error> {
+    async fn step_tx(&self, limit: i64, ctl: &PublishCtl) -> Result<Report, StepError> {
         let mut conn = self.pool.acquire().await?;
-        let marked = sql::settle_published(&mut conn, &s.published, token).await?;
-        let failed = sql::settle_failed(&mut conn, &s.failures, token).await?;
-        let released = sql::release(&mut conn, &s.unpublished, token).await?;
-        Ok((marked, failed, released))
+        let result = self.step_tx_on(&mut conn, limit, ctl).await;
+        if let Err(e) = &result {
+            crate::db::discard_if_broken(&mut conn, e.db());
+        }
+        result
     }
 
-    async fn step_tx(&self, limit: i64, ctl: &PublishCtl) -> Result<Report, sqlx::Error> {
-        let mut conn = self.pool.acquire().await?;
+    async fn step_tx_on(
+        &self,
+        conn: &mut PoolConnection<Postgres>,
+        limit: i64,
+        ctl: &PublishCtl,
+    ) -> Result<Report, StepError> {
         let mut tx = conn.begin().await?;
         let rows = sql::claim_tx(&mut tx, limit).await?;
         let mut report = Report {
@@ -161,18 +228,29 @@ impl Relay {
         let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
         if sorted.published.is_empty() && sorted.failures.is_empty() {
             // Nothing was taken (an outage, a closed or stalled consumer, shutdown): rolling back
-            // restores every row exactly, including the `last_error` the claim cleared.
+            // restores every row exactly, including the `last_error` the claim cleared. Nothing
+            // was published, so a failure here re-sends nothing.
             tx.rollback().await?;
             report.released = sorted.unpublished.len() as u64;
             return Ok(report);
         }
-        sql::revert_tx(&mut tx, &sorted.failures).await?;
-        report.released = sql::unclaim_tx(&mut tx, &sorted.unpublished).await?;
-        tx.commit().await?;
+        // From here the batch is out: a failure rolls its marks back and it is published again.
+        let settle = async {
+            sql::revert_tx(&mut tx, &sorted.failures).await?;
+            let released = sql::unclaim_tx(&mut tx, &sorted.unpublished).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(released)
+        };
+        report.released = settle.await.map_err(|source| StepError::RolledBack {
+            published: sorted.published.len() as u64,
+            source,
+        })?;
         report.published = sorted.published.len() as u64;
+        let types = dead_event_types(&rows, &sorted);
         for f in &sorted.failures {
             if f.dead {
                 report.dead_lettered += 1;
+                report.events.push(dead_lettered(&types, f));
             } else {
                 report.retried += 1;
             }
@@ -241,50 +319,19 @@ impl Relay {
             }
         }
         if let Some(first) = retried_errors.first() {
-            FAILURE_WARN.emit(retried_errors.len() as u64, first);
+            report.events.push(RelayEvent::SinkFailed {
+                failures: retried_errors.len() as u64,
+                error: first.clone(),
+            });
         }
         s
     }
 
     async fn failpoint_after_publish(&self) {
         if self.cfg.failpoint == Some(Failpoint::HangAfterPublish) {
-            eprintln!("FAILPOINT hang-after-publish reached");
+            crate::output::eprint_line("FAILPOINT hang-after-publish reached");
             std::future::pending::<()>().await;
         }
-    }
-}
-
-/// The rate-limited WARN for events the sink failed (retried later): at most one line per
-/// [`FAILURE_WARN_EVERY`], with the error text and how many failures it stands for. Outages are
-/// logged by the daemon's circuit instead; dead letters have their own WARN.
-static FAILURE_WARN: RateLimitedWarn = RateLimitedWarn::new();
-const FAILURE_WARN_EVERY: Duration = Duration::from_secs(10);
-
-struct RateLimitedWarn {
-    state: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
-}
-
-impl RateLimitedWarn {
-    const fn new() -> Self {
-        Self {
-            state: std::sync::Mutex::new((None, 0)),
-        }
-    }
-
-    /// Records `n` failures; logs them (and those suppressed since the last line) when due.
-    fn emit(&self, n: u64, error: &str) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.1 += n;
-        if st.0.is_some_and(|t| t.elapsed() < FAILURE_WARN_EVERY) {
-            return;
-        }
-        tracing::warn!(
-            failures = st.1,
-            error = %error,
-            "the sink failed {}; retrying with backoff",
-            crate::output::plural(st.1, "publish", "publishes")
-        );
-        *st = (Some(std::time::Instant::now()), 0);
     }
 }
 
@@ -293,4 +340,90 @@ struct Sorted {
     published: Vec<i64>,
     failures: Vec<Failure>,
     unpublished: Vec<i64>,
+}
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A database error before anything was published (or a statement error on a healthy
+    /// connection): nothing of the batch reached the sink, or the claim is left to its lease.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+    /// Lease mode: the batch was published, but its settle failed on a broken connection. The
+    /// claim stays ours until `pending.lease_ends`; settle again with [`Relay::settle_again`].
+    #[error("marking {} published events failed: {source}", pending.events())]
+    Unsettled {
+        pending: Box<PendingSettle>,
+        source: sqlx::Error,
+    },
+    /// Tx mode: the batch was published, but its transaction did not commit: the server rolled
+    /// the marks back, and those events will be published again (same dedup id).
+    #[error("the connection was lost after publishing {published} events: {source}")]
+    RolledBack { published: u64, source: sqlx::Error },
+}
+
+impl StepError {
+    /// The database error underneath.
+    pub fn db(&self) -> &sqlx::Error {
+        match self {
+            StepError::Db(e)
+            | StepError::Unsettled { source: e, .. }
+            | StepError::RolledBack { source: e, .. } => e,
+        }
+    }
+
+    /// Whether trying again later may succeed (see [`crate::db::is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        crate::db::is_transient(self.db())
+    }
+}
+
+/// A lease-mode batch that was published but not yet settled: its outcomes, its claim token and
+/// when its lease ends (measured from before the claim was sent, so never late).
+#[derive(Debug)]
+pub struct PendingSettle {
+    sorted: Sorted,
+    token: Uuid,
+    report: Report,
+    dead_event_types: HashMap<i64, (String, i32)>,
+    /// After this instant another relay may claim the rows; settling then is pointless.
+    pub lease_ends: tokio::time::Instant,
+}
+
+impl PendingSettle {
+    /// How many events the settle covers.
+    pub fn events(&self) -> usize {
+        self.sorted.published.len() + self.sorted.failures.len() + self.sorted.unpublished.len()
+    }
+
+    fn dead_lettered(&self, f: &Failure) -> RelayEvent {
+        dead_lettered(&self.dead_event_types, f)
+    }
+}
+
+fn dead_lettered(types: &HashMap<i64, (String, i32)>, f: &Failure) -> RelayEvent {
+    let (event_type, attempts) = types.get(&f.id).cloned().unwrap_or_default();
+    RelayEvent::DeadLettered {
+        id: f.id,
+        event_type,
+        attempts,
+        error: f.error.clone(),
+    }
+}
+
+/// The event type and attempt count of each row about to be dead-lettered, for its WARN line.
+fn dead_event_types(rows: &[ClaimedRow], sorted: &Sorted) -> HashMap<i64, (String, i32)> {
+    let dead: HashSet<i64> = sorted
+        .failures
+        .iter()
+        .filter(|f| f.dead)
+        .map(|f| f.id)
+        .collect();
+    if dead.is_empty() {
+        return HashMap::new();
+    }
+    rows.iter()
+        .filter(|r| dead.contains(&r.id))
+        .map(|r| (r.id, (r.event_type.clone(), r.attempt_count)))
+        .collect()
 }

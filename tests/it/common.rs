@@ -18,11 +18,18 @@ pub fn base_url() -> String {
 pub struct TestDb {
     pub schema: String,
     pub pool: PgPool,
+    /// The server's URL (the shared one, or a test's own cluster).
+    pub url: String,
 }
 
 impl TestDb {
     pub async fn new() -> Self {
-        let db = Self::unmigrated().await;
+        Self::new_at(&base_url()).await
+    }
+
+    /// A fresh migrated schema on the server at `url` (e.g. a [`crate::pg_cluster::PgCluster`]).
+    pub async fn new_at(url: &str) -> Self {
+        let db = Self::unmigrated_at(url).await;
         let mut conn = outboxctl::db::connect(&db.config()).await.expect("connect");
         outboxctl::db::migrate::apply(&mut conn, &Schema::parse(&db.schema).unwrap())
             .await
@@ -31,8 +38,12 @@ impl TestDb {
     }
 
     pub async fn unmigrated() -> Self {
+        Self::unmigrated_at(&base_url()).await
+    }
+
+    async fn unmigrated_at(url: &str) -> Self {
         let schema = format!("t_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let url = base_url();
+        let url = url.to_owned();
         let search_path = schema.clone();
         let pool = PgPoolOptions::new()
             .max_connections(4)
@@ -45,13 +56,13 @@ impl TestDb {
             })
             .connect_lazy(&url)
             .expect("pool");
-        Self { schema, pool }
+        Self { schema, pool, url }
     }
 
     /// The library's connection settings for this schema.
     pub fn config(&self) -> DbConfig {
         let args = outboxctl::cli::DatabaseArgs {
-            database_url: Some(base_url()),
+            database_url: Some(self.url.clone()),
             schema: self.schema.clone(),
             connect_timeout: std::time::Duration::from_secs(10),
         };
@@ -61,7 +72,7 @@ impl TestDb {
     /// The real binary, pointed at this schema, with no stray OUTBOXCTL_* from the environment.
     pub fn cmd(&self) -> Command {
         let mut c = bin();
-        c.env("DATABASE_URL", base_url())
+        c.env("DATABASE_URL", &self.url)
             .env("OUTBOXCTL_SCHEMA", &self.schema);
         c
     }
@@ -113,6 +124,7 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         let schema = self.schema.clone();
+        let url = self.url.clone();
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -121,7 +133,8 @@ impl Drop for TestDb {
             rt.block_on(async move {
                 if let Ok(pool) = PgPoolOptions::new()
                     .max_connections(1)
-                    .connect(&base_url())
+                    .acquire_timeout(std::time::Duration::from_secs(5))
+                    .connect(&url)
                     .await
                 {
                     let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))

@@ -41,7 +41,11 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
 }
 
 /// The real binary's relay in `mode`, appending JSON lines to the file `sink`.
-fn relay_to_file(db: &TestDb, mode: Mode, sink: &std::path::Path) -> std::process::Command {
+pub(crate) fn relay_to_file(
+    db: &TestDb,
+    mode: Mode,
+    sink: &std::path::Path,
+) -> std::process::Command {
     let mut c = db.cmd();
     c.args(["relay", "--mode", mode_flag(mode)])
         .arg("--sink")
@@ -49,7 +53,7 @@ fn relay_to_file(db: &TestDb, mode: Mode, sink: &std::path::Path) -> std::proces
     c
 }
 
-fn mode_flag(mode: Mode) -> &'static str {
+pub(crate) fn mode_flag(mode: Mode) -> &'static str {
     match mode {
         Mode::Lease => "lease",
         Mode::Tx => "tx",
@@ -675,7 +679,7 @@ async fn survives_pg_terminate_backend_mid_run() {
 
 /// The local ports of `child`'s TCP connections (Linux /proc), to find its server backends in
 /// pg_stat_activity.client_port.
-fn client_ports(child: &std::process::Child) -> Vec<i32> {
+pub(crate) fn client_ports(child: &std::process::Child) -> Vec<i32> {
     let pid = child.id();
     let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|dir| {

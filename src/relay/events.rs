@@ -1,0 +1,221 @@
+//! The relay's notable occurrences as typed events (Vector's internal events): each variant's
+//! [`RelayEvent::emit`] writes its one log line, so no call site formats its own message, and a
+//! metric can later be bumped in the same place so logs and metrics never disagree.
+//!
+//! The step never logs: it returns the events it produced in its [`Report`](super::Report)
+//! (`events`), and the loops in `daemon` emit them, along with their own (heartbeat, settle
+//! retries, backoff). Field names are stable and values are lower case, for `--log-format json`.
+//! No event carries a payload byte.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::Mode;
+
+/// Something worth a log line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RelayEvent {
+    /// A row was dead-lettered (permanent failure, or attempts exhausted).
+    DeadLettered {
+        id: i64,
+        event_type: String,
+        attempts: i32,
+        error: String,
+    },
+    /// Settles that found their rows claimed again by another relay: our lease had expired.
+    LeaseLost { rows: u64, claim_token: Uuid },
+    /// A published batch's settle failed because its connection broke; retrying on a live one.
+    SettleFailed {
+        events: usize,
+        error: String,
+        lease_left: Duration,
+    },
+    /// The settle went through after a broken connection.
+    SettleRecovered {
+        events: usize,
+        attempts: u32,
+        elapsed: Duration,
+    },
+    /// No settle went through before the claim's lease ended: those events are published again
+    /// after it (same dedup id).
+    SettleAbandoned {
+        events: usize,
+        attempts: u32,
+        error: String,
+    },
+    /// Tx mode: the batch was published but its transaction did not commit (connection lost), so
+    /// the server rolled the claim back and those events are published again.
+    TxRolledBack { events: u64, error: String },
+    /// A step failed; the loop waits `retry_in` before the next.
+    StepFailed { error: String, retry_in: Duration },
+    /// A `--once` run gave up reconnecting.
+    GaveUp { error: String, after: Duration },
+    /// The periodic summary, also when idle.
+    Heartbeat(Heartbeat),
+    /// Events of a batch the sink failed (each retried later with backoff); logged at most once
+    /// per [`FAILURE_WARN_EVERY`], with the first error text and how many failures the line
+    /// stands for. Outages are the daemon's circuit's; dead letters have their own line.
+    SinkFailed { failures: u64, error: String },
+    /// First SIGTERM/SIGINT.
+    ShutdownRequested,
+    /// Second SIGTERM/SIGINT: the process exits at once.
+    SecondSignal,
+}
+
+/// What the heartbeat reports: the outbox's figures (absent when the query failed) and what the
+/// relay did since the previous heartbeat.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heartbeat {
+    pub figures: Result<crate::db::relay::Backlog, String>,
+    pub interval: Duration,
+    pub published: u64,
+    pub retried: u64,
+    pub dead_lettered: u64,
+    pub lease_lost: u64,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl RelayEvent {
+    /// Writes the event's log line.
+    pub fn emit(&self) {
+        match self {
+            RelayEvent::DeadLettered {
+                id,
+                event_type,
+                attempts,
+                error,
+            } => tracing::warn!(
+                id,
+                event_type = event_type.as_str(),
+                attempts,
+                error = error.as_str(),
+                "event dead-lettered"
+            ),
+            RelayEvent::LeaseLost { rows, claim_token } => tracing::warn!(
+                lease_lost = rows,
+                claim_token = %claim_token,
+                "lease expired and the rows were claimed again by another relay; left them to it (consider a longer --lease)"
+            ),
+            RelayEvent::SettleFailed {
+                events,
+                error,
+                lease_left,
+            } => tracing::warn!(
+                events,
+                error = error.as_str(),
+                lease_left_ms = ms(*lease_left),
+                "marking a published batch failed (connection lost); retrying on a live connection until its lease ends"
+            ),
+            RelayEvent::SettleRecovered {
+                events,
+                attempts,
+                elapsed,
+            } => tracing::info!(
+                events,
+                attempts,
+                elapsed_ms = ms(*elapsed),
+                "marked the published batch after reconnecting"
+            ),
+            RelayEvent::SettleAbandoned {
+                events,
+                attempts,
+                error,
+            } => tracing::error!(
+                events,
+                attempts,
+                error = error.as_str(),
+                "could not mark a published batch before its lease ended; its events will be published again (same dedup id)"
+            ),
+            RelayEvent::TxRolledBack { events, error } => tracing::warn!(
+                events,
+                error = error.as_str(),
+                "the connection was lost after publishing a batch; the server rolled its marks back and its events will be published again (same dedup id)"
+            ),
+            RelayEvent::StepFailed { error, retry_in } => tracing::warn!(
+                error = error.as_str(),
+                retry_in_ms = ms(*retry_in),
+                "relay step failed; backing off"
+            ),
+            RelayEvent::GaveUp { error, after } => tracing::error!(
+                error = error.as_str(),
+                failing_for_ms = ms(*after),
+                "the database stayed unreachable; giving up"
+            ),
+            RelayEvent::Heartbeat(h) => match &h.figures {
+                Ok(f) => tracing::info!(
+                    backlog = f.backlog,
+                    scheduled = f.scheduled,
+                    in_flight = f.in_flight,
+                    published = h.published,
+                    retried = h.retried,
+                    dead_lettered = h.dead_lettered,
+                    lease_lost = h.lease_lost,
+                    interval_ms = ms(h.interval),
+                    "heartbeat"
+                ),
+                Err(e) => tracing::info!(
+                    published = h.published,
+                    retried = h.retried,
+                    dead_lettered = h.dead_lettered,
+                    lease_lost = h.lease_lost,
+                    interval_ms = ms(h.interval),
+                    error = e.as_str(),
+                    "heartbeat (backlog unknown: the database did not answer)"
+                ),
+            },
+            RelayEvent::SinkFailed { failures, error } => FAILURE_WARN.emit(*failures, error),
+            RelayEvent::ShutdownRequested => tracing::info!(
+                "shutting down: finishing in-flight publishes (a second signal exits at once)"
+            ),
+            RelayEvent::SecondSignal => tracing::warn!(
+                "second signal: exiting now; unsettled claims are retried after their lease"
+            ),
+        }
+    }
+}
+
+/// The rate limiter of [`RelayEvent::SinkFailed`]'s WARN (one per process: relays in one
+/// process share a sink).
+static FAILURE_WARN: RateLimitedWarn = RateLimitedWarn::new();
+const FAILURE_WARN_EVERY: Duration = Duration::from_secs(10);
+
+struct RateLimitedWarn {
+    state: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl RateLimitedWarn {
+    const fn new() -> Self {
+        Self {
+            state: std::sync::Mutex::new((None, 0)),
+        }
+    }
+
+    /// Records `n` failures; logs them (and those suppressed since the last line) when due.
+    fn emit(&self, n: u64, error: &str) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.1 += n;
+        if st.0.is_some_and(|t| t.elapsed() < FAILURE_WARN_EVERY) {
+            return;
+        }
+        tracing::warn!(
+            failures = st.1,
+            error = %error,
+            "the sink failed {}; retrying with backoff",
+            crate::output::plural(st.1, "publish", "publishes")
+        );
+        *st = (Some(std::time::Instant::now()), 0);
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Lease => "lease",
+            Mode::Tx => "tx",
+        })
+    }
+}
