@@ -13,7 +13,8 @@ use serde::Serialize;
 use sqlx::Connection;
 
 use crate::cli::{
-    CancelArgs, EventsArgs, EventsCommand, EventsListArgs, RescheduleArgs, ShowArgs, StateArg,
+    CancelArgs, EventsArgs, EventsCommand, EventsListArgs, FilterArgs, RescheduleArgs, ShowArgs,
+    StateArg,
 };
 use crate::cmd::{dead, view};
 use crate::config::{self, DbConfig};
@@ -28,6 +29,7 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<u8> {
         EventsCommand::Show(a) => show(a.show).await,
         EventsCommand::Cancel(a) => cancel(a).await,
         EventsCommand::Reschedule(a) => reschedule(a).await,
+        EventsCommand::Edit(a) => crate::cmd::edit::run(a).await,
     }
 }
 
@@ -157,7 +159,7 @@ pub fn reschedule_refusal(seen: Seen) -> Option<String> {
     }
 }
 
-fn refusals(
+pub(crate) fn refusals(
     ids: &[i64],
     seen: &HashMap<i64, Seen>,
     rule: impl Fn(Seen) -> Option<String>,
@@ -177,7 +179,7 @@ fn refusals(
         .collect()
 }
 
-fn refusal_error(verb: &str, refused: &[Refusal]) -> CodedError {
+pub(crate) fn refusal_error(verb: &str, refused: &[Refusal]) -> CodedError {
     let items: Vec<String> = refused
         .iter()
         .map(|r| format!("event {} {}", r.id, r.reason))
@@ -189,7 +191,10 @@ fn refusal_error(verb: &str, refused: &[Refusal]) -> CodedError {
 }
 
 /// Sees `ids` without locking (for the preview and the question).
-async fn peek(conn: &mut sqlx::PgConnection, ids: &[i64]) -> anyhow::Result<HashMap<i64, Seen>> {
+pub(crate) async fn peek(
+    conn: &mut sqlx::PgConnection,
+    ids: &[i64],
+) -> anyhow::Result<HashMap<i64, Seen>> {
     Ok(db::events::states(conn, ids)
         .await?
         .into_iter()
@@ -198,7 +203,10 @@ async fn peek(conn: &mut sqlx::PgConnection, ids: &[i64]) -> anyhow::Result<Hash
 }
 
 /// Locks `ids` (SKIP LOCKED) and sees them; call inside the transaction that changes them.
-async fn lock(conn: &mut sqlx::PgConnection, ids: &[i64]) -> anyhow::Result<HashMap<i64, Seen>> {
+pub(crate) async fn lock(
+    conn: &mut sqlx::PgConnection,
+    ids: &[i64],
+) -> anyhow::Result<HashMap<i64, Seen>> {
     let mut seen: HashMap<i64, Seen> = db::events::lock_states(conn, ids)
         .await?
         .into_iter()
@@ -217,14 +225,14 @@ async fn lock(conn: &mut sqlx::PgConnection, ids: &[i64]) -> anyhow::Result<Hash
     Ok(seen)
 }
 
-fn sorted_ids(ids: &[i64]) -> Vec<i64> {
+pub(crate) fn sorted_ids(ids: &[i64]) -> Vec<i64> {
     let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
     ids
 }
 
-fn id_list(ids: &[i64]) -> String {
+pub(crate) fn id_list(ids: &[i64]) -> String {
     const SHOWN: usize = 20;
     let mut s = ids
         .iter()
@@ -247,6 +255,30 @@ struct CancelReport<'a> {
 }
 
 async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
+    let cancellable: &[EventState] = if args.force {
+        &[
+            EventState::Ready,
+            EventState::Scheduled,
+            EventState::Dead,
+            EventState::InFlight,
+        ]
+    } else {
+        &[EventState::Ready, EventState::Scheduled, EventState::Dead]
+    };
+    if let Some(target) = by_filter(
+        &args.ids,
+        &args.filter,
+        &args.state,
+        cancellable,
+        |s| match s {
+            EventState::Published => {
+                "published events cannot be cancelled (`outboxctl prune` removes published history)"
+            }
+            _ => "in-flight events are cancelled only with --force",
+        },
+    )? {
+        return cancel_by_filter(args, target).await;
+    }
     let cfg = DbConfig::from_args(&args.db)?;
     let ids = sorted_ids(&args.ids);
     let json = args.output.json;
@@ -301,7 +333,8 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
         report(&[], &refused, false)?;
         return Err(refusal_error("cancel", &refused).into());
     }
-    let mut deleted = db::events::delete_unpublished(&mut tx, &ids, args.force, &audit).await?;
+    let mut deleted =
+        db::events::delete_unpublished(&mut tx, &ids, args.force, None, &audit).await?;
     deleted.sort_unstable();
     if deleted != ids {
         tx.rollback().await?;
@@ -333,8 +366,6 @@ struct RescheduleReport<'a> {
 }
 
 async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
-    let cfg = DbConfig::from_args(&args.db)?;
-    let ids = sorted_ids(&args.ids);
     let delay_micros = match args.delay {
         None => 0,
         Some(d) => i64::try_from(d.as_micros())
@@ -342,6 +373,21 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
             .filter(|m| *m < 100 * 365 * 86_400 * 1_000_000)
             .ok_or_else(|| CodedError::usage("--delay is too long; use at most 100 years"))?,
     };
+    if let Some(target) = by_filter(
+        &args.ids,
+        &args.filter,
+        &args.state,
+        &[EventState::Ready, EventState::Scheduled],
+        |s| match s {
+            EventState::Dead => "dead events are sent again with `outboxctl requeue --delay`",
+            EventState::Published => "published events cannot be rescheduled",
+            _ => "in-flight events can be rescheduled once the attempt is over",
+        },
+    )? {
+        return reschedule_by_filter(args, target, delay_micros).await;
+    }
+    let cfg = DbConfig::from_args(&args.db)?;
+    let ids = sorted_ids(&args.ids);
     let json = args.output.json;
     let audit = Audit {
         actor: config::actor(&args.audit)?,
@@ -400,7 +446,8 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
         report(&[], &refused, false)?;
         return Err(refusal_error("reschedule", &refused).into());
     }
-    let mut moved = db::events::reschedule(&mut tx, &ids, args.at, delay_micros, &audit).await?;
+    let mut moved =
+        db::events::reschedule(&mut tx, &ids, args.at, delay_micros, None, &audit).await?;
     moved.sort_unstable_by_key(|m| m.0);
     if moved.iter().map(|m| m.0).collect::<Vec<_>>() != ids {
         tx.rollback().await?;
@@ -426,6 +473,318 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
             "rescheduled {what} to {due}: {}",
             id_list(&ids)
         ))?;
+    }
+    Ok(OK)
+}
+
+/// `cancel` / `reschedule` by filters: the validated filter and the states to act on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByFilter {
+    pub filter: EventFilter,
+    pub states: Vec<EventState>,
+}
+
+/// Ids or filters: `None` for ids (the all-or-nothing path), the filter otherwise. `allowed` are
+/// the states the command may act on (also the default for no --state); `why_not` explains a
+/// --state outside them.
+pub fn by_filter(
+    ids: &[i64],
+    filter: &FilterArgs,
+    state: &[StateArg],
+    allowed: &[EventState],
+    why_not: impl Fn(EventState) -> &'static str,
+) -> Result<Option<ByFilter>, CodedError> {
+    let filter = EventFilter::from_args(filter)?;
+    let filtered = !filter.is_empty() || !state.is_empty();
+    match (ids.is_empty(), filtered) {
+        (false, false) => return Ok(None),
+        (false, true) => {
+            return Err(CodedError::usage(
+                "give either event ids or filters (--state, --event-type, ...), not both",
+            ))
+        }
+        (true, false) => {
+            return Err(CodedError::usage(
+                "nothing selected: give event ids, or filters (e.g. --event-type, --tenant, \
+                 --aggregate-id, --since, --state)",
+            ))
+        }
+        (true, true) => {}
+    }
+    let mut states = states_of(state);
+    if let Some(bad) = states.iter().find(|s| !allowed.contains(s)) {
+        // `pending` includes in-flight: drop it quietly where it is not allowed.
+        if !(state.contains(&StateArg::Pending)
+            && *bad == EventState::InFlight
+            && !state.contains(&StateArg::InFlight))
+        {
+            return Err(CodedError::usage(format!(
+                "--state {bad}: {}",
+                why_not(*bad)
+            )));
+        }
+    }
+    states.retain(|s| allowed.contains(s));
+    if states.is_empty() {
+        states = allowed.to_vec();
+    }
+    Ok(Some(ByFilter { filter, states }))
+}
+
+/// What `cancel` and `reschedule` print with --json when they select by filters.
+#[derive(Debug, Serialize)]
+struct FilterReport<'a> {
+    dry_run: bool,
+    /// Events the filters selected.
+    matched: u64,
+    /// Cancelled (deleted) or rescheduled; with --dry-run 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cancelled: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rescheduled: Option<u64>,
+    /// Selected, but no longer in a state to act on when their batch ran.
+    skipped: u64,
+    batches: u64,
+    elapsed_ms: u64,
+    /// The ids changed (not with --dry-run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ids: Option<Vec<i64>>,
+    /// With --dry-run: exactly the events that would change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    events: Option<&'a [db::events::EventRow]>,
+}
+
+/// The rows of `ids`, newest first, for a dry run.
+async fn rows_of(
+    conn: &mut sqlx::PgConnection,
+    ids: &[i64],
+) -> anyhow::Result<Vec<db::events::EventRow>> {
+    let mut rows = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(10_000) {
+        rows.extend(
+            db::events::list(
+                conn,
+                Scope::States(&[]),
+                &EventFilter::default(),
+                Some(chunk),
+                None,
+            )
+            .await?,
+        );
+    }
+    Ok(rows)
+}
+
+/// "cancelled 3 events in 1 batch in 12ms" (+ skipped ones).
+fn filter_summary(verb: &str, r: &FilterReport<'_>, done: u64) -> String {
+    if r.matched == 0 {
+        return format!("no events match; nothing {verb}");
+    }
+    let mut s = format!(
+        "{verb} {} in {} in {}",
+        output::plural(done, "event", "events"),
+        output::plural(r.batches, "batch", "batches"),
+        output::human_duration(std::time::Duration::from_millis(r.elapsed_ms))
+    );
+    if r.skipped > 0 {
+        s.push_str(&format!(
+            "; skipped {} that changed state meanwhile",
+            output::plural(r.skipped, "event", "events")
+        ));
+    }
+    s
+}
+
+/// Selects by filters and prints a dry run, or asks; `Ok(Err(code))` ends the command there.
+async fn select_for_batches(
+    conn: &mut sqlx::PgConnection,
+    target: &ByFilter,
+    limit: Option<u64>,
+    dry_run: bool,
+    yes: bool,
+    json: bool,
+    would: &str,
+) -> anyhow::Result<Result<Vec<i64>, u8>> {
+    dead::check_filter(conn, &target.filter).await?;
+    let ids = db::events::matching_ids(conn, Scope::States(&target.states), &target.filter, limit)
+        .await?;
+    let n = ids.len() as u64;
+    let what = output::plural(n, "event", "events");
+    if dry_run {
+        let rows = rows_of(conn, &ids).await?;
+        if json {
+            let verb_cancel = would.starts_with("cancel");
+            output::print_json(&FilterReport {
+                dry_run: true,
+                matched: n,
+                cancelled: verb_cancel.then_some(0),
+                rescheduled: (!verb_cancel).then_some(0),
+                skipped: 0,
+                batches: 0,
+                elapsed_ms: 0,
+                ids: None,
+                events: Some(&rows),
+            })?;
+        } else {
+            if !rows.is_empty() {
+                view::print_events_table(&rows)?;
+            }
+            output::print_summary(format_args!(
+                "would {would} {what} (dry run: nothing changed)"
+            ))?;
+        }
+        return Ok(Err(OK));
+    }
+    if n > 0 && !crate::confirm::confirm(yes, &format!("{would} {what}?"))? {
+        output::eprint_line("aborted; nothing was changed");
+        return Ok(Err(FAILURE));
+    }
+    Ok(Ok(ids))
+}
+
+async fn cancel_by_filter(args: CancelArgs, target: ByFilter) -> anyhow::Result<u8> {
+    let cfg = DbConfig::from_args(&args.db)?;
+    let json = args.output.json;
+    let audit = Audit {
+        actor: config::actor(&args.audit)?,
+        reason: None,
+    };
+    let pool = db::pool_migrated(&cfg, 1).await?;
+    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
+    let mut conn = pool.acquire().await?;
+    let ids = match select_for_batches(
+        &mut conn,
+        &target,
+        args.limit,
+        args.dry_run,
+        args.confirm.yes,
+        json,
+        "cancel",
+    )
+    .await?
+    {
+        Ok(ids) => ids,
+        Err(code) => return Ok(code),
+    };
+    let started = std::time::Instant::now();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    let pb = output::progress(Some(sorted.len() as u64), json, "cancelling");
+    let (mut done, mut batches) = (Vec::with_capacity(sorted.len()), 0u64);
+    for chunk in sorted.chunks(args.batch_size as usize) {
+        let deleted = db::events::delete_unpublished(
+            &mut conn,
+            chunk,
+            args.force,
+            Some(&target.states),
+            &audit,
+        )
+        .await?;
+        batches += 1;
+        tracing::info!(batch = batches, rows = deleted.len(), "cancelling");
+        done.extend(deleted);
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    done.sort_unstable();
+    let n = ids.len() as u64;
+    let report = FilterReport {
+        dry_run: false,
+        matched: n,
+        cancelled: Some(done.len() as u64),
+        rescheduled: None,
+        skipped: n - done.len() as u64,
+        batches,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+        ids: Some(done),
+        events: None,
+    };
+    if json {
+        output::print_json(&report)?;
+    } else {
+        output::print_summary(filter_summary(
+            "cancelled",
+            &report,
+            report.cancelled.unwrap_or(0),
+        ))?;
+    }
+    Ok(OK)
+}
+
+async fn reschedule_by_filter(
+    args: RescheduleArgs,
+    target: ByFilter,
+    delay_micros: i64,
+) -> anyhow::Result<u8> {
+    let cfg = DbConfig::from_args(&args.db)?;
+    let json = args.output.json;
+    let audit = Audit {
+        actor: config::actor(&args.audit)?,
+        reason: None,
+    };
+    let pool = db::pool_migrated(&cfg, 1).await?;
+    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
+    let mut conn = pool.acquire().await?;
+    let ids = match select_for_batches(
+        &mut conn,
+        &target,
+        args.limit,
+        args.dry_run,
+        args.confirm.yes,
+        json,
+        "reschedule",
+    )
+    .await?
+    {
+        Ok(ids) => ids,
+        Err(code) => return Ok(code),
+    };
+    let started = std::time::Instant::now();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    let pb = output::progress(Some(sorted.len() as u64), json, "rescheduling");
+    let (mut done, mut batches) = (Vec::with_capacity(sorted.len()), 0u64);
+    let mut due = None;
+    for chunk in sorted.chunks(args.batch_size as usize) {
+        let moved = db::events::reschedule(
+            &mut conn,
+            chunk,
+            args.at,
+            delay_micros,
+            Some(&target.states),
+            &audit,
+        )
+        .await?;
+        batches += 1;
+        tracing::info!(batch = batches, rows = moved.len(), "rescheduling");
+        if due.is_none() {
+            due = moved.first().map(|m| m.1);
+        }
+        done.extend(moved.into_iter().map(|m| m.0));
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    done.sort_unstable();
+    let n = ids.len() as u64;
+    let report = FilterReport {
+        dry_run: false,
+        matched: n,
+        cancelled: None,
+        rescheduled: Some(done.len() as u64),
+        skipped: n - done.len() as u64,
+        batches,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+        ids: Some(done),
+        events: None,
+    };
+    if json {
+        output::print_json(&report)?;
+    } else {
+        let mut line = filter_summary("rescheduled", &report, report.rescheduled.unwrap_or(0));
+        if let Some(due) = due {
+            line.push_str(&format!(" (due {})", view::time(Some(due))));
+        }
+        output::print_summary(line)?;
     }
     Ok(OK)
 }

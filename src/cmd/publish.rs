@@ -381,10 +381,10 @@ fn build(
     })
 }
 
-const NUL: &str = "contains a NUL character (\\u0000), which PostgreSQL cannot store";
+pub(crate) const NUL: &str = "contains a NUL character (\\u0000), which PostgreSQL cannot store";
 
 /// Whether JSON text holds a string (or key) with a NUL character: PostgreSQL's jsonb rejects it.
-fn has_nul(json: &str) -> bool {
+pub(crate) fn has_nul(json: &str) -> bool {
     fn walk(v: &Value) -> bool {
         match v {
             Value::String(s) => s.contains('\0'),

@@ -1,4 +1,5 @@
-//! Reading events in any state, and the statements behind `events cancel` / `events reschedule`.
+//! Reading events in any state, and the statements behind `events cancel` / `events reschedule` /
+//! `events edit`.
 //!
 //! Filters become bound parameters through [`push_filter`]; the SQL text only varies with which
 //! filters are present, from fixed fragments in this file.
@@ -256,6 +257,23 @@ pub async fn dead_ids(
     qb.build_query_scalar().fetch_all(conn).await
 }
 
+/// Ids of rows in `scope` matching `filter`, in the scope's order (newest first), at most `limit`:
+/// what `events cancel` / `events reschedule` select by filters before acting in batches.
+pub async fn matching_ids(
+    conn: &mut PgConnection,
+    scope: Scope<'_>,
+    filter: &EventFilter,
+    limit: Option<u64>,
+) -> sqlx::Result<Vec<i64>> {
+    let mut qb = QueryBuilder::new("SELECT id FROM outbox WHERE ");
+    scope.push_predicate(&mut qb);
+    push_filter(&mut qb, filter, scope.time_column());
+    qb.push(scope.order_by());
+    qb.push(" LIMIT ")
+        .push_bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)));
+    qb.build_query_scalar().fetch_all(conn).await
+}
+
 /// One row by id.
 pub async fn get(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<EventRow>> {
     let mut qb = QueryBuilder::new("");
@@ -303,52 +321,64 @@ pub async fn lock_states(
         .collect()
 }
 
-/// Deletes unpublished rows among `ids`; leased ones only with `force`. The state is re-checked in
-/// the statement, which also writes one `outbox_audit` row per deleted event (its values but
-/// payload and headers, and whether --force was given). Returns the ids deleted.
+/// Deletes unpublished rows among `ids`; leased ones only with `force`; with `states`, only rows
+/// whose state ([`STATE_SQL`]) is one of them. The state is re-checked in the statement (a row
+/// selected by filters may have moved on since), which also writes one `outbox_audit` row per
+/// deleted event (its values but payload and headers, and whether --force was given). Returns
+/// the ids deleted.
 pub async fn delete_unpublished(
     conn: &mut PgConnection,
     ids: &[i64],
     force: bool,
+    states: Option<&[EventState]>,
     audit: &Audit,
 ) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(concat!(
+    sqlx::query_scalar(&format!(
         "WITH d AS (
              DELETE FROM outbox
               WHERE id = ANY($1) AND published_at IS NULL
                 AND ($2 OR locked_until IS NULL OR locked_until < now())
-             RETURNING id, ",
-        deleted_row_json!(),
-        " AS previous
+                AND ($5::text[] IS NULL OR ({STATE_SQL}) = ANY($5))
+             RETURNING id, {} AS previous
          )
          INSERT INTO outbox_audit (action, event_id, actor, reason, previous, details)
          SELECT 'cancel', id, $3, $4, previous, jsonb_build_object('force', $2) FROM d
-         RETURNING event_id"
+         RETURNING event_id",
+        deleted_row_json!()
     ))
     .bind(ids)
     .bind(force)
     .bind(&audit.actor)
     .bind(audit.reason.as_deref())
+    .bind(state_names(states))
     .fetch_all(conn)
     .await
 }
 
-/// Moves available_at of pending, unleased rows among `ids` to `at`, or to now + `delay_micros`.
-/// The state is re-checked in the statement, which also writes one `outbox_audit` row per moved
+/// `states` as the text[] the statements compare [`STATE_SQL`] with; NULL for no restriction.
+fn state_names(states: Option<&[EventState]>) -> Option<Vec<&'static str>> {
+    states.map(|s| s.iter().map(|s| s.as_str()).collect())
+}
+
+/// Moves available_at of pending, unleased rows among `ids` to `at`, or to now + `delay_micros`;
+/// with `states`, only rows whose state ([`STATE_SQL`]) is one of them. The state is re-checked
+/// in the statement, under the row lock, which also writes one `outbox_audit` row per moved
 /// event (previous and new available_at). Returns each id moved and its new due time.
 pub async fn reschedule(
     conn: &mut PgConnection,
     ids: &[i64],
     at: Option<DateTime<Utc>>,
     delay_micros: i64,
+    states: Option<&[EventState]>,
     audit: &Audit,
 ) -> sqlx::Result<Vec<(i64, DateTime<Utc>)>> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "WITH old AS (
              SELECT id, available_at
                FROM outbox
               WHERE id = ANY($1) AND published_at IS NULL AND dead_lettered_at IS NULL
                 AND (locked_until IS NULL OR locked_until < now())
+                AND ($6::text[] IS NULL OR ({STATE_SQL}) = ANY($6))
               ORDER BY id
                 FOR UPDATE
          ), moved AS (
@@ -364,11 +394,143 @@ pub async fn reschedule(
                     jsonb_build_object('available_at', available_at)
                FROM moved
          )
-         SELECT id, available_at FROM moved",
-    )
+         SELECT id, available_at FROM moved"
+    ))
     .bind(ids)
     .bind(at)
     .bind(delay_micros)
+    .bind(&audit.actor)
+    .bind(audit.reason.as_deref())
+    .bind(state_names(states))
+    .fetch_all(conn)
+    .await
+}
+
+/// What `events edit` changes. `None` / empty leaves a column as it is.
+#[derive(Debug, Clone, Default)]
+pub struct EditSpec {
+    /// The new payload, as JSON text (validated by the caller; PostgreSQL parses it again).
+    pub payload: Option<String>,
+    /// Headers to set: a JSON object of strings, merged over the existing headers.
+    pub set_headers: serde_json::Map<String, Value>,
+    /// Header names to remove (before `set_headers` is merged).
+    pub unset_headers: Vec<String>,
+    pub event_type: Option<String>,
+    /// Dead rows only: make them ready now (dead_lettered_at cleared, attempt_count 0).
+    pub requeue: bool,
+}
+
+/// The new payload, headers and event type of row `o`, from `$2` payload (jsonb text or NULL),
+/// `$3` headers to set (jsonb object), `$4` header names to unset (text[]), `$5` event type (or
+/// NULL). Shared by [`preview_edit`] and [`edit`], so a dry run shows exactly what an edit writes.
+const NEW_PAYLOAD: &str = "coalesce($2::jsonb, o.payload)";
+const NEW_HEADERS: &str = "((o.headers - $4::text[]) || $3::jsonb)";
+const NEW_EVENT_TYPE: &str = "coalesce($5::text, o.event_type)";
+
+/// One row's values before and after an edit.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct EditPreview {
+    pub id: i64,
+    #[sqlx(try_from = "String")]
+    pub state: EventState,
+    pub event_type: String,
+    pub payload: Value,
+    pub headers: Value,
+    pub new_event_type: String,
+    pub new_payload: Value,
+    pub new_headers: Value,
+}
+
+/// Each of `ids` that exists, with its values now and as `spec` would make them (no lock, no
+/// change): the expressions are those [`edit`] writes with, evaluated by the same server.
+pub async fn preview_edit(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    spec: &EditSpec,
+) -> sqlx::Result<Vec<EditPreview>> {
+    sqlx::query_as(&format!(
+        "SELECT o.id, {STATE_SQL} AS state, o.event_type, o.payload, o.headers,
+                {NEW_EVENT_TYPE} AS new_event_type, {NEW_PAYLOAD} AS new_payload,
+                {NEW_HEADERS} AS new_headers
+           FROM outbox o WHERE o.id = ANY($1) ORDER BY o.id"
+    ))
+    .bind(ids)
+    .bind(spec.payload.as_deref())
+    .bind(Value::Object(spec.set_headers.clone()))
+    .bind(&spec.unset_headers)
+    .bind(spec.event_type.as_deref())
+    .fetch_all(conn)
+    .await
+}
+
+/// Edits those of `ids` that are still editable when the statement runs: unpublished, not leased
+/// (a lease that expired counts as free), and dead when `spec.requeue`. The row lock (`FOR
+/// UPDATE`, re-evaluating the predicate on the newest row version after any wait) and the state
+/// check sit in the statement itself, so a relay's claim comes entirely before it (the row is then
+/// leased or published, and left alone) or entirely after it (the claim reads the new values).
+///
+/// The lease columns are cleared too: a relay whose lease expired may still be publishing the old
+/// values, and with claim_token gone its settle matches nothing, so the row is sent again with
+/// the new ones instead of being marked published. With `requeue` a dead row also becomes ready
+/// now with attempt_count 0. One `outbox_audit` row per event records the previous and new event
+/// type, payload and headers (and, with requeue, the previous dead_lettered_at, attempt_count and
+/// available_at), the actor and the reason. The idempotency key is never touched. Returns the ids
+/// edited.
+pub async fn edit(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    spec: &EditSpec,
+    audit: &Audit,
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(&format!(
+        "WITH old AS (
+             SELECT id, event_type, payload, headers, dead_lettered_at, attempt_count, available_at
+               FROM outbox
+              WHERE id = ANY($1) AND published_at IS NULL
+                AND (locked_until IS NULL OR locked_until < now())
+                AND (NOT $6 OR dead_lettered_at IS NOT NULL)
+              ORDER BY id
+                FOR UPDATE
+         ), edited AS (
+             UPDATE outbox o
+                SET payload          = {NEW_PAYLOAD},
+                    headers          = {NEW_HEADERS},
+                    event_type       = {NEW_EVENT_TYPE},
+                    locked_until     = NULL,
+                    claim_token      = NULL,
+                    dead_lettered_at = CASE WHEN $6 THEN NULL ELSE o.dead_lettered_at END,
+                    attempt_count    = CASE WHEN $6 THEN 0 ELSE o.attempt_count END,
+                    available_at     = CASE WHEN $6 THEN now() ELSE o.available_at END
+               FROM old
+              WHERE o.id = old.id
+          RETURNING o.id, o.event_type, o.payload, o.headers, o.available_at,
+                    old.event_type AS old_event_type, old.payload AS old_payload,
+                    old.headers AS old_headers, old.dead_lettered_at AS old_dead_lettered_at,
+                    old.attempt_count AS old_attempt_count, old.available_at AS old_available_at
+         ), audited AS (
+             INSERT INTO outbox_audit (action, event_id, actor, reason, previous, details)
+             SELECT 'edit', id, $7, $8,
+                    jsonb_build_object('event_type', old_event_type, 'payload', old_payload,
+                                       'headers', old_headers)
+                    || CASE WHEN $6 THEN jsonb_build_object(
+                                  'dead_lettered_at', old_dead_lettered_at,
+                                  'attempt_count', old_attempt_count,
+                                  'available_at', old_available_at)
+                            ELSE '{{}}'::jsonb END,
+                    jsonb_build_object('event_type', event_type, 'payload', payload,
+                                       'headers', headers, 'requeued', $6)
+                    || CASE WHEN $6 THEN jsonb_build_object('available_at', available_at)
+                            ELSE '{{}}'::jsonb END
+               FROM edited
+         )
+         SELECT id FROM edited"
+    ))
+    .bind(ids)
+    .bind(spec.payload.as_deref())
+    .bind(Value::Object(spec.set_headers.clone()))
+    .bind(&spec.unset_headers)
+    .bind(spec.event_type.as_deref())
+    .bind(spec.requeue)
     .bind(&audit.actor)
     .bind(audit.reason.as_deref())
     .fetch_all(conn)

@@ -29,6 +29,8 @@ const BASELINE_EXECUTION_TIME: i64 = -1;
 pub const RELAY_SCHEMA: i64 = 2;
 /// The migration that adds the audit table: every command that changes events needs it.
 pub const AUDIT_SCHEMA: i64 = 4;
+/// The migration that lets the audit trail record `events edit`.
+pub const EDIT_SCHEMA: i64 = 5;
 
 /// Where one migration stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -204,8 +204,12 @@ async fn cancel_deletes_unpublished_events_all_or_nothing() {
     );
     assert_eq!(v["cancelled"], serde_json::json!([f]));
     assert_eq!(ids(&db, "SELECT id FROM outbox").await, [p]);
-    let out = run(&db, &["events", "cancel"], 2);
-    assert!(stderr(&out).contains("<ID>"), "{}", stderr(&out));
+    let out = run(&db, &["events", "cancel", "--yes"], 2);
+    assert!(
+        stderr(&out).contains("nothing selected: give event ids, or filters"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test]
