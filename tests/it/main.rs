@@ -8,6 +8,7 @@ mod cli;
 mod cli_args;
 mod common;
 mod dead;
+mod edit;
 mod events;
 mod fixtures;
 mod http_server;

@@ -394,18 +394,23 @@ async fn a_schema_without_migration_3_is_told_to_migrate() {
     )
     .await;
     let d_s = d.to_string();
-    for args in [
-        &["requeue", "--all"][..],
-        &["prune", "--older-than", "7d"],
-        &["dead", "discard", "--all", "--yes"],
-        &["events", "cancel", &d_s, "--yes"],
-        &["events", "reschedule", &d_s, "--delay", "1m"],
+    use outboxctl::db::migrate::{AUDIT_SCHEMA, EDIT_SCHEMA};
+    for (args, needs) in [
+        (&["requeue", "--all"][..], AUDIT_SCHEMA),
+        (&["prune", "--older-than", "7d"], AUDIT_SCHEMA),
+        (&["dead", "discard", "--all", "--yes"], AUDIT_SCHEMA),
+        (&["events", "cancel", &d_s, "--yes"], AUDIT_SCHEMA),
+        (
+            &["events", "reschedule", &d_s, "--delay", "1m"],
+            AUDIT_SCHEMA,
+        ),
+        (&["events", "edit", &d_s, "--event-type", "x"], EDIT_SCHEMA),
     ] {
         let out = run(&db, args, 1);
         let later: Vec<String> = outboxctl::db::migrate::MIGRATOR
             .iter()
             .map(|m| m.version)
-            .filter(|v| *v >= 3)
+            .filter(|v| *v >= 3 && *v <= needs)
             .map(|v| v.to_string())
             .collect();
         assert_eq!(
