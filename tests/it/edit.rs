@@ -423,12 +423,29 @@ async fn edits_racing_relays_are_published_entirely_before_or_entirely_after() {
     .await
     .unwrap();
     let all = ids(&db, "SELECT id FROM outbox").await;
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
-    let relays = Relays(vec![
-        spawn_relay(&db, "lease", &a),
-        spawn_relay(&db, "tx", &b),
-    ]);
+    // A real HTTP endpoint that takes 150 ms per event: long enough that the lease relay's rows
+    // are in flight, and the tx relay's rows locked, when some edits arrive.
+    let server = crate::http_server::TestServer::start(0, |_| {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        (200, vec![])
+    });
+    let relay = |mode: &str| {
+        db.cmd()
+            .args([
+                "relay",
+                "--mode",
+                mode,
+                "--batch-size",
+                "4",
+                "--sink",
+                &server.url(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn relay")
+    };
+    let relays = Relays(vec![relay("lease"), relay("tx")]);
 
     let mut edited = Vec::new();
     let mut refused = Vec::new();
@@ -470,14 +487,9 @@ async fn edits_racing_relays_are_published_entirely_before_or_entirely_after() {
     }
     drop(relays);
 
-    let mut lines = Vec::new();
-    for p in [&a, &b] {
-        for l in std::fs::read_to_string(p).unwrap_or_default().lines() {
-            lines.push(serde_json::from_str::<Value>(l).unwrap());
-        }
-    }
     let mut delivered = std::collections::HashSet::new();
-    for l in &lines {
+    for r in server.accepted() {
+        let l = r.json();
         let id = l["id"].as_i64().unwrap();
         let v = l["payload"]["v"].as_str().unwrap();
         assert_eq!(
