@@ -392,3 +392,357 @@ async fn reschedule_moves_pending_events_and_refuses_the_rest() {
     ready_now.sort();
     assert_eq!(ready_now, [r, s]);
 }
+
+fn sorted(mut v: Vec<i64>) -> Vec<i64> {
+    v.sort_unstable();
+    v
+}
+
+fn json_ids(v: &serde_json::Value) -> Vec<i64> {
+    sorted(
+        v["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_i64().unwrap())
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn cancel_by_filters_acts_on_cancellable_states_only() {
+    let db = TestDb::new().await;
+    let (r, e, s, f, p, d) = one_of_each(&db).await;
+    let snap = snapshot(&db).await;
+    let dry = |args: &[&str]| {
+        let mut a = vec!["events", "cancel", "--dry-run", "--json"];
+        a.extend_from_slice(args);
+        let v = run_json(&db, &a);
+        assert_eq!(v["dry_run"], true);
+        assert_eq!(v["cancelled"], 0);
+        event_ids(&v)
+    };
+    // Tenant A holds r, e, f (in flight) and p (published): only the ready ones, newest first.
+    assert_eq!(dry(&["--tenant", TENANT_A]), [e, r]);
+    assert_eq!(dry(&["--state", "pending", "--tenant", TENANT_A]), [e, r]);
+    assert_eq!(
+        dry(&["--state", "pending", "--tenant", TENANT_A, "--force"]),
+        [f, e, r]
+    );
+    assert_eq!(dry(&["--state", "dead,scheduled"]), [d, s]);
+    assert_eq!(dry(&["--event-type", "order.*"]), [d, e, r]);
+    assert_eq!(dry(&["--error-regex", "^HTTP"]), [d]);
+    let text = stdout(&run(
+        &db,
+        &["events", "cancel", "--tenant", TENANT_B, "--dry-run"],
+        0,
+    ));
+    assert!(
+        text.contains("user.created") && text.contains("HTTP 503"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("would cancel 2 events (dry run: nothing changed)\n"),
+        "{text}"
+    );
+    for (args, needle) in [
+        (
+            vec!["--state", "published", "--yes"],
+            "published events cannot be cancelled",
+        ),
+        (vec!["--state", "in-flight", "--yes"], "only with --force"),
+        (vec!["--tenant", TENANT_A], "without --yes"),
+        (vec!["--tenant", TENANT_A, "--yes", "--", "1"], "not both"),
+    ] {
+        let mut a = vec!["events", "cancel"];
+        a.extend(args);
+        let out = run(&db, &a, 2);
+        assert!(stderr(&out).contains(needle), "{a:?}: {}", stderr(&out));
+    }
+    let out = run(
+        &db,
+        &[
+            "events",
+            "cancel",
+            &r.to_string(),
+            "--tenant",
+            TENANT_A,
+            "--yes",
+        ],
+        2,
+    );
+    assert!(stderr(&out).contains("not both"), "{}", stderr(&out));
+    assert_eq!(
+        snapshot(&db).await,
+        snap,
+        "dry runs and refusals change nothing"
+    );
+
+    // --limit takes the newest; each cancel writes its audit row with the actor.
+    let v = run_json(
+        &db,
+        &[
+            "events",
+            "cancel",
+            "--event-type",
+            "order.*",
+            "--limit",
+            "1",
+            "--yes",
+            "--json",
+            "--actor",
+            "bob",
+        ],
+    );
+    assert_eq!(
+        (v["matched"].as_u64(), v["cancelled"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(json_ids(&v), [d]);
+    let who: String = db
+        .scalar(&format!(
+            "SELECT actor FROM outbox_audit WHERE action = 'cancel' AND event_id = {d}"
+        ))
+        .await;
+    assert_eq!(who, "bob");
+    let out = run(
+        &db,
+        &[
+            "events",
+            "cancel",
+            "--aggregate-type",
+            "order",
+            "--aggregate-id",
+            "o-1",
+            "--yes",
+        ],
+        0,
+    );
+    assert!(
+        stdout(&out).starts_with("cancelled 1 event in 1 batch in "),
+        "{}",
+        stdout(&out)
+    );
+    created(&db, e, "2 days").await;
+    let v = run_json(
+        &db,
+        &["events", "cancel", "--until", "1d", "--yes", "--json"],
+    );
+    assert_eq!(json_ids(&v), [e]);
+    let v = run_json(
+        &db,
+        &[
+            "events",
+            "cancel",
+            "--since",
+            "1d",
+            "--state",
+            "scheduled",
+            "--batch-size",
+            "1",
+            "--yes",
+            "--json",
+        ],
+    );
+    assert_eq!(json_ids(&v), [s]);
+    assert_eq!(v["batches"], 1);
+    assert_eq!(ids(&db, "SELECT id FROM outbox").await, sorted(vec![f, p]));
+    let out = run(&db, &["events", "cancel", "--tenant", TENANT_B, "--yes"], 0);
+    assert_eq!(stdout(&out), "no events match; nothing cancelled\n");
+}
+
+#[tokio::test]
+async fn cancel_by_filters_in_batches_rechecks_the_state_in_each_statement() {
+    let db = TestDb::new().await;
+    db.seed_ready(25).await;
+    let all = ids(&db, "SELECT id FROM outbox").await;
+    let v = run_json(
+        &db,
+        &[
+            "events",
+            "cancel",
+            "--event-type",
+            "order.placed",
+            "--batch-size",
+            "10",
+            "--yes",
+            "--json",
+        ],
+    );
+    assert_eq!(v["batches"], 3);
+    assert_eq!(v["cancelled"], 25);
+    assert_eq!(json_ids(&v), all);
+    assert_eq!(db.scalar::<i64>("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_audit WHERE action = 'cancel'")
+            .await,
+        25
+    );
+
+    // A row selected as ready that a relay leased, or someone dead-lettered, before its batch ran
+    // is left alone by the statement itself.
+    let r = ready(&db).await;
+    let dd = ready(&db).await;
+    lease(&db, r).await;
+    kill(&db, dd, "1 minute", "x").await;
+    let audit = outboxctl::db::audit::Audit {
+        actor: "t".into(),
+        reason: None,
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    use outboxctl::db::events::{self, EventState};
+    let gone = events::delete_unpublished(
+        &mut conn,
+        &[r, dd],
+        false,
+        Some(&[EventState::Ready]),
+        &audit,
+    )
+    .await
+    .unwrap();
+    assert!(gone.is_empty(), "{gone:?}");
+    let moved = events::reschedule(
+        &mut conn,
+        &[r, dd],
+        None,
+        0,
+        Some(&[EventState::Ready]),
+        &audit,
+    )
+    .await
+    .unwrap();
+    assert!(moved.is_empty(), "{moved:?}");
+    assert_eq!(ids(&db, "SELECT id FROM outbox").await, sorted(vec![r, dd]));
+}
+
+#[tokio::test]
+async fn reschedule_by_filters_moves_ready_and_scheduled_events_only() {
+    let db = TestDb::new().await;
+    let (r, e, s, _f, _p, _d) = one_of_each(&db).await;
+    let snap = snapshot(&db).await;
+    let v = run_json(
+        &db,
+        &[
+            "events",
+            "reschedule",
+            "--tenant",
+            TENANT_A,
+            "--delay",
+            "1h",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        event_ids(&v),
+        [e, r],
+        "in-flight and published rows are not selected"
+    );
+    assert_eq!(v["rescheduled"], 0);
+    let v = run_json(
+        &db,
+        &[
+            "events",
+            "reschedule",
+            "--state",
+            "pending",
+            "--delay",
+            "1h",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert_eq!(event_ids(&v), [s, e, r]);
+    for (args, needle) in [
+        (
+            vec!["--state", "dead", "--delay", "1h", "--yes"],
+            "requeue --delay",
+        ),
+        (
+            vec!["--state", "published", "--delay", "1h", "--yes"],
+            "cannot be rescheduled",
+        ),
+        (
+            vec!["--state", "in-flight", "--delay", "1h", "--yes"],
+            "once the attempt is over",
+        ),
+        (vec!["--tenant", TENANT_A, "--delay", "1h"], "without --yes"),
+        (vec!["--delay", "1h"], "nothing selected"),
+    ] {
+        let mut a = vec!["events", "reschedule"];
+        a.extend(args);
+        let out = run(&db, &a, 2);
+        assert!(stderr(&out).contains(needle), "{a:?}: {}", stderr(&out));
+    }
+    assert_eq!(snapshot(&db).await, snap);
+
+    let v = run_json(
+        &db,
+        &[
+            "events",
+            "reschedule",
+            "--tenant",
+            TENANT_A,
+            "--delay",
+            "2h",
+            "--yes",
+            "--json",
+        ],
+    );
+    assert_eq!(json_ids(&v), sorted(vec![r, e]));
+    let moved: i64 = db
+        .scalar(&format!(
+            "SELECT count(*) FROM outbox WHERE id IN ({r}, {e})
+                AND available_at BETWEEN now() + interval '119 minutes' AND now() + interval '121 minutes'"
+        ))
+        .await;
+    assert_eq!(moved, 2);
+    // All three are scheduled now; --limit takes the newest.
+    let v = run_json(
+        &db,
+        &[
+            "events",
+            "reschedule",
+            "--state",
+            "scheduled",
+            "--at",
+            "2030-01-01T00:00:00Z",
+            "--limit",
+            "1",
+            "--yes",
+            "--json",
+        ],
+    );
+    assert_eq!(json_ids(&v), [s]);
+    let exact: bool = db
+        .scalar(&format!(
+            "SELECT available_at = '2030-01-01T00:00:00Z' FROM outbox WHERE id = {s}"
+        ))
+        .await;
+    assert!(exact);
+    let out = run(
+        &db,
+        &[
+            "events",
+            "reschedule",
+            "--event-type",
+            "user.*",
+            "--delay",
+            "0s",
+            "--yes",
+        ],
+        0,
+    );
+    assert!(
+        stdout(&out).starts_with("rescheduled 1 event in 1 batch in "),
+        "{}",
+        stdout(&out)
+    );
+    let v = run_json(&db, &["events", "list", "--state", "ready", "--json"]);
+    assert_eq!(event_ids(&v), [s]);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_audit WHERE action = 'reschedule'")
+            .await,
+        4
+    );
+}
