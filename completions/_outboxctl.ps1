@@ -41,8 +41,8 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('dead', 'dead', [CompletionResultType]::ParameterValue, 'Dead letters: list, show, discard and export events the relay gave up on')
             [CompletionResult]::new('dlq', 'dlq', [CompletionResultType]::ParameterValue, 'Dead letters: list, show, discard and export events the relay gave up on')
             [CompletionResult]::new('requeue', 'requeue', [CompletionResultType]::ParameterValue, 'Send dead-lettered events again, by ids or by filters (--all for every one)')
-            [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel and reschedule')
-            [CompletionResult]::new('event', 'event', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel and reschedule')
+            [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
+            [CompletionResult]::new('event', 'event', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('demo', 'demo', [CompletionResultType]::ParameterValue, 'Show the tool end to end in a scratch schema, then drop it')
@@ -581,8 +581,9 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'Events, newest first, with their state')
             [CompletionResult]::new('ls', 'ls', [CompletionResultType]::ParameterValue, 'Events, newest first, with their state')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history')
-            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published (all or nothing)')
-            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due (all or nothing)')
+            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('edit', 'edit', [CompletionResultType]::ParameterValue, 'Change pending or dead events before they are handled: payload, headers, event type')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -599,8 +600,9 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'Events, newest first, with their state')
             [CompletionResult]::new('ls', 'ls', [CompletionResultType]::ParameterValue, 'Events, newest first, with their state')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history')
-            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published (all or nothing)')
-            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due (all or nothing)')
+            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('edit', 'edit', [CompletionResultType]::ParameterValue, 'Change pending or dead events before they are handled: payload, headers, event type')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -744,6 +746,17 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
             [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--event-type', '--event-type', [CompletionResultType]::ParameterName, 'Event type as a glob: `*` matches any run of characters, `?` one character, `\` makes the next character literal (e.g. ''order.*'')')
+            [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Tenant uuid')
+            [CompletionResult]::new('--aggregate-type', '--aggregate-type', [CompletionResultType]::ParameterName, 'Aggregate type (exact)')
+            [CompletionResult]::new('--aggregate-id', '--aggregate-id', [CompletionResultType]::ParameterName, 'Aggregate id (exact)')
+            [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`')
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'Only events whose time is before this (RFC 3339, or a duration ago); see --since')
+            [CompletionResult]::new('--error', '--error', [CompletionResultType]::ParameterName, 'Only events whose last_error contains this text (case-insensitive)')
+            [CompletionResult]::new('--error-regex', '--error-regex', [CompletionResultType]::ParameterName, 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. ''HTTP (502|503)''')
+            [CompletionResult]::new('--state', '--state', [CompletionResultType]::ParameterName, 'With filters: only events in these states (comma-separated or repeated; `pending` means ready, scheduled and in-flight) [default: ready, scheduled, dead; in-flight too with --force]. Published events are never cancelled')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'With filters: at most this many events, the newest first')
+            [CompletionResult]::new('--batch-size', '--batch-size', [CompletionResultType]::ParameterName, 'With filters: rows deleted per statement (each batch is its own short transaction)')
             [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Also cancel in-flight (leased) events; see above for what that means')
@@ -765,6 +778,17 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
             [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--event-type', '--event-type', [CompletionResultType]::ParameterName, 'Event type as a glob: `*` matches any run of characters, `?` one character, `\` makes the next character literal (e.g. ''order.*'')')
+            [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Tenant uuid')
+            [CompletionResult]::new('--aggregate-type', '--aggregate-type', [CompletionResultType]::ParameterName, 'Aggregate type (exact)')
+            [CompletionResult]::new('--aggregate-id', '--aggregate-id', [CompletionResultType]::ParameterName, 'Aggregate id (exact)')
+            [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`')
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'Only events whose time is before this (RFC 3339, or a duration ago); see --since')
+            [CompletionResult]::new('--error', '--error', [CompletionResultType]::ParameterName, 'Only events whose last_error contains this text (case-insensitive)')
+            [CompletionResult]::new('--error-regex', '--error-regex', [CompletionResultType]::ParameterName, 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. ''HTTP (502|503)''')
+            [CompletionResult]::new('--state', '--state', [CompletionResultType]::ParameterName, 'With filters: only events in these states (comma-separated or repeated; `pending` means ready, scheduled and in-flight) [default: ready, scheduled, dead; in-flight too with --force]. Published events are never cancelled')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'With filters: at most this many events, the newest first')
+            [CompletionResult]::new('--batch-size', '--batch-size', [CompletionResultType]::ParameterName, 'With filters: rows deleted per statement (each batch is its own short transaction)')
             [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Also cancel in-flight (leased) events; see above for what that means')
@@ -786,11 +810,24 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
             [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--event-type', '--event-type', [CompletionResultType]::ParameterName, 'Event type as a glob: `*` matches any run of characters, `?` one character, `\` makes the next character literal (e.g. ''order.*'')')
+            [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Tenant uuid')
+            [CompletionResult]::new('--aggregate-type', '--aggregate-type', [CompletionResultType]::ParameterName, 'Aggregate type (exact)')
+            [CompletionResult]::new('--aggregate-id', '--aggregate-id', [CompletionResultType]::ParameterName, 'Aggregate id (exact)')
+            [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`')
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'Only events whose time is before this (RFC 3339, or a duration ago); see --since')
+            [CompletionResult]::new('--error', '--error', [CompletionResultType]::ParameterName, 'Only events whose last_error contains this text (case-insensitive)')
+            [CompletionResult]::new('--error-regex', '--error-regex', [CompletionResultType]::ParameterName, 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. ''HTTP (502|503)''')
+            [CompletionResult]::new('--state', '--state', [CompletionResultType]::ParameterName, 'With filters: only events in these states (ready, scheduled; comma-separated or repeated) [default: ready and scheduled]')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'With filters: at most this many events, the newest first')
+            [CompletionResult]::new('--batch-size', '--batch-size', [CompletionResultType]::ParameterName, 'With filters: rows updated per statement (each batch is its own short transaction)')
             [CompletionResult]::new('--at', '--at', [CompletionResultType]::ParameterName, 'Due at this time (RFC 3339); a past time makes them due now')
             [CompletionResult]::new('--delay', '--delay', [CompletionResultType]::ParameterName, 'Due this long from now (database clock), e.g. 30m; 0s makes them due now')
             [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Show what would be moved or refused; change nothing')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
@@ -806,11 +843,76 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
             [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--event-type', '--event-type', [CompletionResultType]::ParameterName, 'Event type as a glob: `*` matches any run of characters, `?` one character, `\` makes the next character literal (e.g. ''order.*'')')
+            [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Tenant uuid')
+            [CompletionResult]::new('--aggregate-type', '--aggregate-type', [CompletionResultType]::ParameterName, 'Aggregate type (exact)')
+            [CompletionResult]::new('--aggregate-id', '--aggregate-id', [CompletionResultType]::ParameterName, 'Aggregate id (exact)')
+            [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`')
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'Only events whose time is before this (RFC 3339, or a duration ago); see --since')
+            [CompletionResult]::new('--error', '--error', [CompletionResultType]::ParameterName, 'Only events whose last_error contains this text (case-insensitive)')
+            [CompletionResult]::new('--error-regex', '--error-regex', [CompletionResultType]::ParameterName, 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. ''HTTP (502|503)''')
+            [CompletionResult]::new('--state', '--state', [CompletionResultType]::ParameterName, 'With filters: only events in these states (ready, scheduled; comma-separated or repeated) [default: ready and scheduled]')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'With filters: at most this many events, the newest first')
+            [CompletionResult]::new('--batch-size', '--batch-size', [CompletionResultType]::ParameterName, 'With filters: rows updated per statement (each batch is its own short transaction)')
             [CompletionResult]::new('--at', '--at', [CompletionResultType]::ParameterName, 'Due at this time (RFC 3339); a past time makes them due now')
             [CompletionResult]::new('--delay', '--delay', [CompletionResultType]::ParameterName, 'Due this long from now (database clock), e.g. 30m; 0s makes them due now')
             [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Show what would be moved or refused; change nothing')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'outboxctl;events;edit' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--payload', '--payload', [CompletionResultType]::ParameterName, 'The new payload as JSON, or @PATH to read it from a file (replaces the whole payload)')
+            [CompletionResult]::new('--set-header', '--set-header', [CompletionResultType]::ParameterName, 'Set a header (repeatable): --set-header schema-version=2. In the environment variable, one KEY=VALUE per line')
+            [CompletionResult]::new('--unset-header', '--unset-header', [CompletionResultType]::ParameterName, 'Remove a header (repeatable). In the environment variable, one name per line')
+            [CompletionResult]::new('--event-type', '--event-type', [CompletionResultType]::ParameterName, 'The new event type')
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why, recorded in the audit table')
+            [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--requeue', '--requeue', [CompletionResultType]::ParameterName, 'Dead events only: after the change, make them ready now with attempt_count 0 (like `outboxctl requeue`), in the same statement. Refused for events that are not dead')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print each event''s diff (event type, headers, payload as pretty JSON); change nothing')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'outboxctl;event;edit' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--payload', '--payload', [CompletionResultType]::ParameterName, 'The new payload as JSON, or @PATH to read it from a file (replaces the whole payload)')
+            [CompletionResult]::new('--set-header', '--set-header', [CompletionResultType]::ParameterName, 'Set a header (repeatable): --set-header schema-version=2. In the environment variable, one KEY=VALUE per line')
+            [CompletionResult]::new('--unset-header', '--unset-header', [CompletionResultType]::ParameterName, 'Remove a header (repeatable). In the environment variable, one name per line')
+            [CompletionResult]::new('--event-type', '--event-type', [CompletionResultType]::ParameterName, 'The new event type')
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why, recorded in the audit table')
+            [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--requeue', '--requeue', [CompletionResultType]::ParameterName, 'Dead events only: after the change, make them ready now with attempt_count 0 (like `outboxctl requeue`), in the same statement. Refused for events that are not dead')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print each event''s diff (event type, headers, payload as pretty JSON); change nothing')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
@@ -825,8 +927,9 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
         'outboxctl;events;help' {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'Events, newest first, with their state')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history')
-            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published (all or nothing)')
-            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due (all or nothing)')
+            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('edit', 'edit', [CompletionResultType]::ParameterValue, 'Change pending or dead events before they are handled: payload, headers, event type')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -842,14 +945,18 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
         'outboxctl;events;help;reschedule' {
             break
         }
+        'outboxctl;events;help;edit' {
+            break
+        }
         'outboxctl;events;help;help' {
             break
         }
         'outboxctl;event;help' {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'Events, newest first, with their state')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history')
-            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published (all or nothing)')
-            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due (all or nothing)')
+            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('edit', 'edit', [CompletionResultType]::ParameterValue, 'Change pending or dead events before they are handled: payload, headers, event type')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -863,6 +970,9 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             break
         }
         'outboxctl;event;help;reschedule' {
+            break
+        }
+        'outboxctl;event;help;edit' {
             break
         }
         'outboxctl;event;help;help' {
@@ -953,7 +1063,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('stats', 'stats', [CompletionResultType]::ParameterValue, 'Backlog, lag, in-flight, dead letters and throughput')
             [CompletionResult]::new('dead', 'dead', [CompletionResultType]::ParameterValue, 'Dead letters: list, show, discard and export events the relay gave up on')
             [CompletionResult]::new('requeue', 'requeue', [CompletionResultType]::ParameterValue, 'Send dead-lettered events again, by ids or by filters (--all for every one)')
-            [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel and reschedule')
+            [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('demo', 'demo', [CompletionResultType]::ParameterValue, 'Show the tool end to end in a scratch schema, then drop it')
@@ -998,8 +1108,9 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
         'outboxctl;help;events' {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'Events, newest first, with their state')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history')
-            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published (all or nothing)')
-            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due (all or nothing)')
+            [CompletionResult]::new('cancel', 'cancel', [CompletionResultType]::ParameterValue, 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('reschedule', 'reschedule', [CompletionResultType]::ParameterValue, 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)')
+            [CompletionResult]::new('edit', 'edit', [CompletionResultType]::ParameterValue, 'Change pending or dead events before they are handled: payload, headers, event type')
             break
         }
         'outboxctl;help;events;list' {
@@ -1012,6 +1123,9 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             break
         }
         'outboxctl;help;events;reschedule' {
+            break
+        }
+        'outboxctl;help;events;edit' {
             break
         }
         'outboxctl;help;prune' {

@@ -97,6 +97,9 @@ _outboxctl() {
             outboxctl__subcmd__events,cancel)
                 cmd="outboxctl__subcmd__events__subcmd__cancel"
                 ;;
+            outboxctl__subcmd__events,edit)
+                cmd="outboxctl__subcmd__events__subcmd__edit"
+                ;;
             outboxctl__subcmd__events,help)
                 cmd="outboxctl__subcmd__events__subcmd__help"
                 ;;
@@ -114,6 +117,9 @@ _outboxctl() {
                 ;;
             outboxctl__subcmd__events__subcmd__help,cancel)
                 cmd="outboxctl__subcmd__events__subcmd__help__subcmd__cancel"
+                ;;
+            outboxctl__subcmd__events__subcmd__help,edit)
+                cmd="outboxctl__subcmd__events__subcmd__help__subcmd__edit"
                 ;;
             outboxctl__subcmd__events__subcmd__help,help)
                 cmd="outboxctl__subcmd__events__subcmd__help__subcmd__help"
@@ -177,6 +183,9 @@ _outboxctl() {
                 ;;
             outboxctl__subcmd__help__subcmd__events,cancel)
                 cmd="outboxctl__subcmd__help__subcmd__events__subcmd__cancel"
+                ;;
+            outboxctl__subcmd__help__subcmd__events,edit)
+                cmd="outboxctl__subcmd__help__subcmd__events__subcmd__edit"
                 ;;
             outboxctl__subcmd__help__subcmd__events,list)
                 cmd="outboxctl__subcmd__help__subcmd__events__subcmd__list"
@@ -680,7 +689,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events)
-            opts="-v -q -h -V --verbose --quiet --log-format --help --version list ls show cancel reschedule help"
+            opts="-v -q -h -V --verbose --quiet --log-format --help --version list ls show cancel reschedule edit help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -698,7 +707,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__cancel)
-            opts="-y -v -q -h -V --database-url --schema --connect-timeout --force --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --state --limit --batch-size --force --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -713,6 +722,104 @@ _outboxctl() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --event-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tenant)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --aggregate-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --aggregate-id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --error)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --error-regex)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --state)
+                    COMPREPLY=($(compgen -W "ready scheduled in-flight published dead pending" -- "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --actor)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__events__subcmd__edit)
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --payload --set-header --unset-header --event-type --requeue --reason --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --schema)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --payload)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --set-header)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --unset-header)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --event-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reason)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -732,7 +839,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__help)
-            opts="list show cancel reschedule help"
+            opts="list show cancel reschedule edit help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -746,6 +853,20 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__help__subcmd__cancel)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__events__subcmd__help__subcmd__edit)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -886,7 +1007,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__reschedule)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --at --delay --dry-run --actor --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --state --limit --batch-size --at --delay --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -901,6 +1022,50 @@ _outboxctl() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --event-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tenant)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --aggregate-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --aggregate-id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --error)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --error-regex)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --state)
+                    COMPREPLY=($(compgen -W "ready scheduled in-flight published dead pending" -- "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch-size)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1084,7 +1249,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__help__subcmd__events)
-            opts="list show cancel reschedule"
+            opts="list show cancel reschedule edit"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1098,6 +1263,20 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__help__subcmd__events__subcmd__cancel)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__help__subcmd__events__subcmd__edit)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -38,8 +38,8 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand dead 'Dead letters: list, show, discard and export events the relay gave up on'
             cand dlq 'Dead letters: list, show, discard and export events the relay gave up on'
             cand requeue 'Send dead-lettered events again, by ids or by filters (--all for every one)'
-            cand events 'Any event, in any state: list, show, cancel and reschedule'
-            cand event 'Any event, in any state: list, show, cancel and reschedule'
+            cand events 'Any event, in any state: list, show, cancel, reschedule and edit'
+            cand event 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
             cand completions 'Print a shell completion script'
             cand demo 'Show the tool end to end in a scratch schema, then drop it'
@@ -546,8 +546,9 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand list 'Events, newest first, with their state'
             cand ls 'Events, newest first, with their state'
             cand show 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-            cand cancel 'Delete events before they are published (all or nothing)'
-            cand reschedule 'Move when pending events are due (all or nothing)'
+            cand cancel 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+            cand reschedule 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+            cand edit 'Change pending or dead events before they are handled: payload, headers, event type'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'outboxctl;event'= {
@@ -563,8 +564,9 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand list 'Events, newest first, with their state'
             cand ls 'Events, newest first, with their state'
             cand show 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-            cand cancel 'Delete events before they are published (all or nothing)'
-            cand reschedule 'Move when pending events are due (all or nothing)'
+            cand cancel 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+            cand reschedule 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+            cand edit 'Change pending or dead events before they are handled: payload, headers, event type'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'outboxctl;events;list'= {
@@ -701,6 +703,17 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
             cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
             cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --event-type 'Event type as a glob: `*` matches any run of characters, `?` one character, `\` makes the next character literal (e.g. ''order.*'')'
+            cand --tenant 'Tenant uuid'
+            cand --aggregate-type 'Aggregate type (exact)'
+            cand --aggregate-id 'Aggregate id (exact)'
+            cand --since 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`'
+            cand --until 'Only events whose time is before this (RFC 3339, or a duration ago); see --since'
+            cand --error 'Only events whose last_error contains this text (case-insensitive)'
+            cand --error-regex 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. ''HTTP (502|503)'''
+            cand --state 'With filters: only events in these states (comma-separated or repeated; `pending` means ready, scheduled and in-flight) [default: ready, scheduled, dead; in-flight too with --force]. Published events are never cancelled'
+            cand --limit 'With filters: at most this many events, the newest first'
+            cand --batch-size 'With filters: rows deleted per statement (each batch is its own short transaction)'
             cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
             cand --log-format 'Log line format'
             cand --force 'Also cancel in-flight (leased) events; see above for what that means'
@@ -721,6 +734,17 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
             cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
             cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --event-type 'Event type as a glob: `*` matches any run of characters, `?` one character, `\` makes the next character literal (e.g. ''order.*'')'
+            cand --tenant 'Tenant uuid'
+            cand --aggregate-type 'Aggregate type (exact)'
+            cand --aggregate-id 'Aggregate id (exact)'
+            cand --since 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`'
+            cand --until 'Only events whose time is before this (RFC 3339, or a duration ago); see --since'
+            cand --error 'Only events whose last_error contains this text (case-insensitive)'
+            cand --error-regex 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. ''HTTP (502|503)'''
+            cand --state 'With filters: only events in these states (comma-separated or repeated; `pending` means ready, scheduled and in-flight) [default: ready, scheduled, dead; in-flight too with --force]. Published events are never cancelled'
+            cand --limit 'With filters: at most this many events, the newest first'
+            cand --batch-size 'With filters: rows deleted per statement (each batch is its own short transaction)'
             cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
             cand --log-format 'Log line format'
             cand --force 'Also cancel in-flight (leased) events; see above for what that means'
@@ -741,11 +765,24 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
             cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
             cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --event-type 'Event type as a glob: `*` matches any run of characters, `?` one character, `\` makes the next character literal (e.g. ''order.*'')'
+            cand --tenant 'Tenant uuid'
+            cand --aggregate-type 'Aggregate type (exact)'
+            cand --aggregate-id 'Aggregate id (exact)'
+            cand --since 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`'
+            cand --until 'Only events whose time is before this (RFC 3339, or a duration ago); see --since'
+            cand --error 'Only events whose last_error contains this text (case-insensitive)'
+            cand --error-regex 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. ''HTTP (502|503)'''
+            cand --state 'With filters: only events in these states (ready, scheduled; comma-separated or repeated) [default: ready and scheduled]'
+            cand --limit 'With filters: at most this many events, the newest first'
+            cand --batch-size 'With filters: rows updated per statement (each batch is its own short transaction)'
             cand --at 'Due at this time (RFC 3339); a past time makes them due now'
             cand --delay 'Due this long from now (database clock), e.g. 30m; 0s makes them due now'
             cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
             cand --log-format 'Log line format'
             cand --dry-run 'Show what would be moved or refused; change nothing'
+            cand -y 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+            cand --yes 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
             cand --json 'Print JSON on stdout instead of a table'
             cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
             cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
@@ -760,11 +797,74 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
             cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
             cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --event-type 'Event type as a glob: `*` matches any run of characters, `?` one character, `\` makes the next character literal (e.g. ''order.*'')'
+            cand --tenant 'Tenant uuid'
+            cand --aggregate-type 'Aggregate type (exact)'
+            cand --aggregate-id 'Aggregate id (exact)'
+            cand --since 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`'
+            cand --until 'Only events whose time is before this (RFC 3339, or a duration ago); see --since'
+            cand --error 'Only events whose last_error contains this text (case-insensitive)'
+            cand --error-regex 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. ''HTTP (502|503)'''
+            cand --state 'With filters: only events in these states (ready, scheduled; comma-separated or repeated) [default: ready and scheduled]'
+            cand --limit 'With filters: at most this many events, the newest first'
+            cand --batch-size 'With filters: rows updated per statement (each batch is its own short transaction)'
             cand --at 'Due at this time (RFC 3339); a past time makes them due now'
             cand --delay 'Due this long from now (database clock), e.g. 30m; 0s makes them due now'
             cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
             cand --log-format 'Log line format'
             cand --dry-run 'Show what would be moved or refused; change nothing'
+            cand -y 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+            cand --yes 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;events;edit'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --payload 'The new payload as JSON, or @PATH to read it from a file (replaces the whole payload)'
+            cand --set-header 'Set a header (repeatable): --set-header schema-version=2. In the environment variable, one KEY=VALUE per line'
+            cand --unset-header 'Remove a header (repeatable). In the environment variable, one name per line'
+            cand --event-type 'The new event type'
+            cand --reason 'Why, recorded in the audit table'
+            cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
+            cand --log-format 'Log line format'
+            cand --requeue 'Dead events only: after the change, make them ready now with attempt_count 0 (like `outboxctl requeue`), in the same statement. Refused for events that are not dead'
+            cand --dry-run 'Print each event''s diff (event type, headers, payload as pretty JSON); change nothing'
+            cand -y 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+            cand --yes 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;event;edit'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --payload 'The new payload as JSON, or @PATH to read it from a file (replaces the whole payload)'
+            cand --set-header 'Set a header (repeatable): --set-header schema-version=2. In the environment variable, one KEY=VALUE per line'
+            cand --unset-header 'Remove a header (repeatable). In the environment variable, one name per line'
+            cand --event-type 'The new event type'
+            cand --reason 'Why, recorded in the audit table'
+            cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
+            cand --log-format 'Log line format'
+            cand --requeue 'Dead events only: after the change, make them ready now with attempt_count 0 (like `outboxctl requeue`), in the same statement. Refused for events that are not dead'
+            cand --dry-run 'Print each event''s diff (event type, headers, payload as pretty JSON); change nothing'
+            cand -y 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+            cand --yes 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
             cand --json 'Print JSON on stdout instead of a table'
             cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
             cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
@@ -778,8 +878,9 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;events;help'= {
             cand list 'Events, newest first, with their state'
             cand show 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-            cand cancel 'Delete events before they are published (all or nothing)'
-            cand reschedule 'Move when pending events are due (all or nothing)'
+            cand cancel 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+            cand reschedule 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+            cand edit 'Change pending or dead events before they are handled: payload, headers, event type'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'outboxctl;events;help;list'= {
@@ -790,13 +891,16 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         }
         &'outboxctl;events;help;reschedule'= {
         }
+        &'outboxctl;events;help;edit'= {
+        }
         &'outboxctl;events;help;help'= {
         }
         &'outboxctl;event;help'= {
             cand list 'Events, newest first, with their state'
             cand show 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-            cand cancel 'Delete events before they are published (all or nothing)'
-            cand reschedule 'Move when pending events are due (all or nothing)'
+            cand cancel 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+            cand reschedule 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+            cand edit 'Change pending or dead events before they are handled: payload, headers, event type'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'outboxctl;event;help;list'= {
@@ -806,6 +910,8 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;event;help;cancel'= {
         }
         &'outboxctl;event;help;reschedule'= {
+        }
+        &'outboxctl;event;help;edit'= {
         }
         &'outboxctl;event;help;help'= {
         }
@@ -890,7 +996,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand stats 'Backlog, lag, in-flight, dead letters and throughput'
             cand dead 'Dead letters: list, show, discard and export events the relay gave up on'
             cand requeue 'Send dead-lettered events again, by ids or by filters (--all for every one)'
-            cand events 'Any event, in any state: list, show, cancel and reschedule'
+            cand events 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
             cand completions 'Print a shell completion script'
             cand demo 'Show the tool end to end in a scratch schema, then drop it'
@@ -924,8 +1030,9 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;help;events'= {
             cand list 'Events, newest first, with their state'
             cand show 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-            cand cancel 'Delete events before they are published (all or nothing)'
-            cand reschedule 'Move when pending events are due (all or nothing)'
+            cand cancel 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+            cand reschedule 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+            cand edit 'Change pending or dead events before they are handled: payload, headers, event type'
         }
         &'outboxctl;help;events;list'= {
         }
@@ -934,6 +1041,8 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;help;events;cancel'= {
         }
         &'outboxctl;help;events;reschedule'= {
+        }
+        &'outboxctl;help;events;edit'= {
         }
         &'outboxctl;help;prune'= {
         }

@@ -41,8 +41,8 @@ complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "stats" -d 'Back
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "dead" -d 'Dead letters: list, show, discard and export events the relay gave up on'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "dlq" -d 'Dead letters: list, show, discard and export events the relay gave up on'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "requeue" -d 'Send dead-lettered events again, by ids or by filters (--all for every one)'
-complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "events" -d 'Any event, in any state: list, show, cancel and reschedule'
-complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "event" -d 'Any event, in any state: list, show, cancel and reschedule'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "events" -d 'Any event, in any state: list, show, cancel, reschedule and edit'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "event" -d 'Any event, in any state: list, show, cancel, reschedule and edit'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "prune" -d 'Delete published events past their retention, in short batches (for cron)'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
@@ -417,18 +417,19 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s v -l ver
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand requeue" -s V -l version -d 'Print version'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -l log-format -d 'Log line format' -r -f -a "text\t''
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s V -l version -d 'Print version'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "list" -d 'Events, newest first, with their state'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "ls" -d 'Events, newest first, with their state'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "list" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "ls" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "cancel" -d 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "reschedule" -d 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "edit" -d 'Change pending or dead events before they are handled: payload, headers, event type'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from list" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
@@ -492,6 +493,22 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l state -d 'With filters: only events in these states (comma-separated or repeated; `pending` means ready, scheduled and in-flight) [default: ready, scheduled, dead; in-flight too with --force]. Published events are never cancelled' -r -f -a "ready\t''
+scheduled\t''
+in-flight\t''
+published\t''
+dead\t''
+pending\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l limit -d 'With filters: at most this many events, the newest first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l batch-size -d 'With filters: rows deleted per statement (each batch is its own short transaction)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from cancel" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
@@ -506,34 +523,72 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_s
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l state -d 'With filters: only events in these states (ready, scheduled; comma-separated or repeated) [default: ready and scheduled]' -r -f -a "ready\t''
+scheduled\t''
+in-flight\t''
+published\t''
+dead\t''
+pending\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l limit -d 'With filters: at most this many events, the newest first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l batch-size -d 'With filters: rows updated per statement (each batch is its own short transaction)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l at -d 'Due at this time (RFC 3339); a past time makes them due now' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l delay -d 'Due this long from now (database clock), e.g. 30m; 0s makes them due now' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from reschedule" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l payload -d 'The new payload as JSON, or @PATH to read it from a file (replaces the whole payload)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l set-header -d 'Set a header (repeatable): --set-header schema-version=2. In the environment variable, one KEY=VALUE per line' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l unset-header -d 'Remove a header (repeatable). In the environment variable, one name per line' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l event-type -d 'The new event type' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l reason -d 'Why, recorded in the audit table' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l requeue -d 'Dead events only: after the change, make them ready now with attempt_count 0 (like `outboxctl requeue`), in the same statement. Refused for events that are not dead'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l dry-run -d 'Print each event\'s diff (event type, headers, payload as pretty JSON); change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from edit" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "list" -d 'Events, newest first, with their state'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "cancel" -d 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "reschedule" -d 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "edit" -d 'Change pending or dead events before they are handled: payload, headers, event type'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand events; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -l log-format -d 'Log line format' -r -f -a "text\t''
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -s V -l version -d 'Print version'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "list" -d 'Events, newest first, with their state'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "ls" -d 'Events, newest first, with their state'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "list" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "ls" -d 'Events, newest first, with their state'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "cancel" -d 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "reschedule" -d 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "edit" -d 'Change pending or dead events before they are handled: payload, headers, event type'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and not __fish_seen_subcommand_from list ls show cancel reschedule edit help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from list" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
@@ -597,6 +652,22 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l state -d 'With filters: only events in these states (comma-separated or repeated; `pending` means ready, scheduled and in-flight) [default: ready, scheduled, dead; in-flight too with --force]. Published events are never cancelled' -r -f -a "ready\t''
+scheduled\t''
+in-flight\t''
+published\t''
+dead\t''
+pending\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l limit -d 'With filters: at most this many events, the newest first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l batch-size -d 'With filters: rows deleted per statement (each batch is its own short transaction)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from cancel" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
@@ -611,21 +682,58 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_se
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l tenant -d 'Tenant uuid' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l aggregate-type -d 'Aggregate type (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l aggregate-id -d 'Aggregate id (exact)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l since -d 'Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`, when it was created for `events`' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l until -d 'Only events whose time is before this (RFC 3339, or a duration ago); see --since' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l error -d 'Only events whose last_error contains this text (case-insensitive)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l error-regex -d 'Only events whose last_error matches this PostgreSQL regular expression (case-sensitive; start it with (?i) to ignore case), e.g. \'HTTP (502|503)\'' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l state -d 'With filters: only events in these states (ready, scheduled; comma-separated or repeated) [default: ready and scheduled]' -r -f -a "ready\t''
+scheduled\t''
+in-flight\t''
+published\t''
+dead\t''
+pending\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l limit -d 'With filters: at most this many events, the newest first' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l batch-size -d 'With filters: rows updated per statement (each batch is its own short transaction)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l at -d 'Due at this time (RFC 3339); a past time makes them due now' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l delay -d 'Due this long from now (database clock), e.g. 30m; 0s makes them due now' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l dry-run -d 'Show what would be moved or refused; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from reschedule" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l payload -d 'The new payload as JSON, or @PATH to read it from a file (replaces the whole payload)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l set-header -d 'Set a header (repeatable): --set-header schema-version=2. In the environment variable, one KEY=VALUE per line' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l unset-header -d 'Remove a header (repeatable). In the environment variable, one name per line' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l event-type -d 'The new event type' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l reason -d 'Why, recorded in the audit table' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l actor -d 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l requeue -d 'Dead events only: after the change, make them ready now with attempt_count 0 (like `outboxctl requeue`), in the same statement. Refused for events that are not dead'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l dry-run -d 'Print each event\'s diff (event type, headers, payload as pretty JSON); change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -s y -l yes -d 'Do not ask for confirmation. Required when stdin is not a terminal (cron, scripts, CI): without it the command refuses with exit code 2 and changes nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from edit" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "list" -d 'Events, newest first, with their state'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "cancel" -d 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "reschedule" -d 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "edit" -d 'Change pending or dead events before they are handled: payload, headers, event type'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand event; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
@@ -689,7 +797,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "stats" -d 'Backlog, lag, in-flight, dead letters and throughput'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "dead" -d 'Dead letters: list, show, discard and export events the relay gave up on'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "requeue" -d 'Send dead-lettered events again, by ids or by filters (--all for every one)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "events" -d 'Any event, in any state: list, show, cancel and reschedule'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "events" -d 'Any event, in any state: list, show, cancel, reschedule and edit'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "prune" -d 'Delete published events past their retention, in short batches (for cron)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "completions" -d 'Print a shell completion script'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue events prune completions demo bench help" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
@@ -701,5 +809,6 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_see
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from dead" -f -a "export" -d 'Write dead-lettered events as JSON lines, to fix offline and re-publish with `publish --file`'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "list" -d 'Events, newest first, with their state'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "show" -d 'Any event in full, whatever its state: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "cancel" -d 'Delete events before they are published (all or nothing)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "reschedule" -d 'Move when pending events are due (all or nothing)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "cancel" -d 'Delete events before they are published, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "reschedule" -d 'Move when pending events are due, by ids (all or nothing) or by filters (in batches)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from events" -f -a "edit" -d 'Change pending or dead events before they are handled: payload, headers, event type'

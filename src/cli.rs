@@ -1001,8 +1001,6 @@ pub struct RescheduleArgs {
     verbatim_doc_comment,
     about = "Change pending or dead events before they are handled: payload, headers, event type"
 )]
-#[command(group(clap::ArgGroup::new("change").required(true).multiple(true)
-    .args(["payload", "set_headers", "unset_headers", "event_type"])))]
 pub struct EditArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,

@@ -96,6 +96,15 @@ pub fn spec_of(args: &EditArgs) -> Result<EditSpec, CodedError> {
         }
         other => other.map(str::to_owned),
     };
+    if payload.is_none()
+        && set_headers.is_empty()
+        && unset_headers.is_empty()
+        && event_type.is_none()
+    {
+        return Err(CodedError::usage(
+            "nothing to change: give --payload, --set-header, --unset-header or --event-type",
+        ));
+    }
     Ok(EditSpec {
         payload,
         set_headers,

@@ -1,10 +1,13 @@
 //! `outboxctl events list|show|cancel|reschedule`: any event, in any state (seed 003: events stay
 //! readable, changeable and deletable after they are written and before they are handled).
 //!
-//! `cancel` and `reschedule` are all-or-nothing: inside one transaction they lock the rows with
-//! `FOR UPDATE SKIP LOCKED` (a row locked by someone else is a relay publishing it right now),
-//! check every row's state under that lock, and change either all of them or none. The statement
-//! that changes them re-checks the state too.
+//! `cancel` and `reschedule` by ids are all-or-nothing: inside one transaction they lock the rows
+//! with `FOR UPDATE SKIP LOCKED` (a row locked by someone else is a relay publishing it right
+//! now), check every row's state under that lock, and change either all of them or none. The
+//! statement that changes them re-checks the state too. By filters (the shared `FilterArgs` plus
+//! `--state`) they select the matching ids first and then act in short batches, each one
+//! statement that re-checks the state (and the `--state` list), skipping rows that moved on.
+//! `edit` lives in `cmd::edit` and shares the locking helpers here.
 
 use std::collections::HashMap;
 

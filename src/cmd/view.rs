@@ -261,6 +261,31 @@ pub fn audit_line(a: &AuditRecord) -> String {
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_else(|| "?".into())
         ),
+        "edit" => {
+            let changed: Vec<&str> = ["event_type", "headers", "payload"]
+                .into_iter()
+                .filter(|k| field(&a.previous, k) != field(&a.details, k))
+                .collect();
+            let mut s = if changed.is_empty() {
+                "no value changed".to_owned()
+            } else {
+                format!("changed {}", changed.join(", "))
+            };
+            if field(&a.details, "requeued").and_then(|v| v.as_bool()) == Some(true) {
+                s.push_str(&format!(
+                    "; requeued (was dead since {} after {})",
+                    time(when(field(&a.previous, "dead_lettered_at"))),
+                    output::plural(
+                        field(&a.previous, "attempt_count")
+                            .and_then(|v| v.as_u64())
+                            .unwrap_or(0),
+                        "attempt",
+                        "attempts"
+                    )
+                ));
+            }
+            s
+        }
         _ => String::new(),
     };
     format!(

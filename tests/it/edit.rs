@@ -100,6 +100,13 @@ async fn edit_changes_payload_headers_and_type_keeps_the_key_and_audits_the_prev
     assert_eq!(details["requeued"], false);
     let shown = run_json(&db, &["events", "show", &r.to_string(), "--json"]);
     assert_eq!(shown["audit"][0]["action"], "edit");
+    let text = stdout(&run(&db, &["events", "show", &r.to_string()], 0));
+    assert!(
+        text.contains(
+            "edit by alice (role postgres) (price fix): changed event_type, headers, payload"
+        ),
+        "{text}"
+    );
 
     // --payload @FILE, on a scheduled event (which stays scheduled), with --json.
     let dir = tempfile::tempdir().unwrap();
