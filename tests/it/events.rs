@@ -549,6 +549,15 @@ async fn cancel_by_filters_acts_on_cancellable_states_only() {
     assert_eq!(ids(&db, "SELECT id FROM outbox").await, sorted(vec![f, p]));
     let out = run(&db, &["events", "cancel", "--tenant", TENANT_B, "--yes"], 0);
     assert_eq!(stdout(&out), "no events match; nothing cancelled\n");
+    // --force takes in-flight rows by filter too; published ones never.
+    let v = run_json(
+        &db,
+        &[
+            "events", "cancel", "--tenant", TENANT_A, "--force", "--yes", "--json",
+        ],
+    );
+    assert_eq!(json_ids(&v), [f]);
+    assert_eq!(ids(&db, "SELECT id FROM outbox").await, [p]);
 }
 
 #[tokio::test]
