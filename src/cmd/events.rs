@@ -598,6 +598,22 @@ fn filter_summary(verb: &str, r: &FilterReport<'_>, done: u64) -> String {
     s
 }
 
+/// Which command acts in batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchVerb {
+    Cancel,
+    Reschedule,
+}
+
+impl BatchVerb {
+    fn as_str(self) -> &'static str {
+        match self {
+            BatchVerb::Cancel => "cancel",
+            BatchVerb::Reschedule => "reschedule",
+        }
+    }
+}
+
 /// Selects by filters and prints a dry run, or asks; `Ok(Err(code))` ends the command there.
 async fn select_for_batches(
     conn: &mut sqlx::PgConnection,
@@ -606,8 +622,9 @@ async fn select_for_batches(
     dry_run: bool,
     yes: bool,
     json: bool,
-    would: &str,
+    verb: BatchVerb,
 ) -> anyhow::Result<Result<Vec<i64>, u8>> {
+    let would = verb.as_str();
     dead::check_filter(conn, &target.filter).await?;
     let ids = db::events::matching_ids(conn, Scope::States(&target.states), &target.filter, limit)
         .await?;
@@ -616,7 +633,7 @@ async fn select_for_batches(
     if dry_run {
         let rows = rows_of(conn, &ids).await?;
         if json {
-            let verb_cancel = would.starts_with("cancel");
+            let verb_cancel = verb == BatchVerb::Cancel;
             output::print_json(&FilterReport {
                 dry_run: true,
                 matched: n,
@@ -662,7 +679,7 @@ async fn cancel_by_filter(args: CancelArgs, target: ByFilter) -> anyhow::Result<
         args.dry_run,
         args.confirm.yes,
         json,
-        "cancel",
+        BatchVerb::Cancel,
     )
     .await?
     {
@@ -735,7 +752,7 @@ async fn reschedule_by_filter(
         args.dry_run,
         args.confirm.yes,
         json,
-        "reschedule",
+        BatchVerb::Reschedule,
     )
     .await?
     {
