@@ -282,11 +282,15 @@ async fn sql_ceiling(
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
             let mut conn = pool.acquire().await?;
+            let limit = db::relay::BatchLimit {
+                rows: i64::from(batch),
+                bytes: crate::relay::DEFAULT_BATCH_BYTES as i64,
+            };
             loop {
                 let got = match mode {
                     Mode::Tx => {
                         let mut tx = conn.begin().await?;
-                        let rows = db::relay::claim_tx(&mut tx, i64::from(batch)).await?;
+                        let rows = db::relay::claim_tx(&mut tx, limit).await?;
                         tx.commit().await?;
                         rows.len()
                     }
@@ -294,7 +298,7 @@ async fn sql_ceiling(
                         let token = uuid::Uuid::new_v4();
                         let rows = db::relay::claim_lease(
                             &mut conn,
-                            i64::from(batch),
+                            limit,
                             Duration::from_secs(30),
                             token,
                         )
@@ -366,6 +370,7 @@ async fn start_daemon(
                 Mode::Tx
             },
             batch_size: args.batch_size,
+            batch_bytes: crate::relay::DEFAULT_BATCH_BYTES,
             concurrency: args.concurrency,
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(10),

@@ -57,6 +57,7 @@ async fn demo(cfg: &DbConfig) -> anyhow::Result<()> {
         cfg: RelayConfig {
             mode: Mode::Tx,
             batch_size: 100,
+            batch_bytes: crate::relay::DEFAULT_BATCH_BYTES,
             concurrency: 4,
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(10),

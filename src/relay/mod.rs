@@ -18,6 +18,9 @@ use serde::Serialize;
 
 pub use step::{Relay, RelayConfig};
 
+/// `--batch-bytes` by default: 16 MiB.
+pub const DEFAULT_BATCH_BYTES: u64 = 16 << 20;
+
 /// How claims are settled (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

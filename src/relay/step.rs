@@ -32,6 +32,8 @@ impl Failpoint {
 pub struct RelayConfig {
     pub mode: Mode,
     pub batch_size: u32,
+    /// Byte budget of a claimed batch (`--batch-bytes`); the first row is claimed whatever its size.
+    pub batch_bytes: u64,
     pub concurrency: u32,
     pub lease: Duration,
     pub publish_timeout: Duration,
@@ -82,7 +84,7 @@ impl Relay {
         let token = Uuid::new_v4();
         let rows = {
             let mut conn = self.pool.acquire().await?;
-            sql::claim_lease(&mut conn, limit, self.cfg.lease, token).await?
+            sql::claim_lease(&mut conn, self.limit(limit), self.cfg.lease, token).await?
         };
         let mut report = Report {
             claimed: rows.len() as u64,
@@ -147,7 +149,7 @@ impl Relay {
     async fn step_tx(&self, limit: i64, ctl: &PublishCtl) -> Result<Report, sqlx::Error> {
         let mut conn = self.pool.acquire().await?;
         let mut tx = conn.begin().await?;
-        let rows = sql::claim_tx(&mut tx, limit).await?;
+        let rows = sql::claim_tx(&mut tx, self.limit(limit)).await?;
         let mut report = Report {
             claimed: rows.len() as u64,
             ..Report::default()
@@ -220,6 +222,13 @@ impl Relay {
             }
         }
         s
+    }
+
+    fn limit(&self, rows: i64) -> sql::BatchLimit {
+        sql::BatchLimit {
+            rows,
+            bytes: i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX),
+        }
     }
 
     async fn failpoint_after_publish(&self) {
