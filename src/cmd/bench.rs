@@ -123,7 +123,13 @@ async fn bench(
     let pb = phase(json, "publish");
     let lines = backlog_lines(args.events);
     let started = Instant::now();
-    let rep = super::publish::publish_lines(&mut *conn, lines.as_bytes(), 5000, false).await?;
+    let rep = super::publish::publish_lines(
+        &mut *conn,
+        lines.as_bytes(),
+        super::publish::Batches::of(5000),
+        false,
+    )
+    .await?;
     let publish = Rate::new(rep.inserted, started.elapsed());
     drop(lines);
     pb.finish_and_clear();

@@ -44,7 +44,13 @@ async fn demo(cfg: &DbConfig) -> anyhow::Result<()> {
     say(&format!("applied migrations {applied:?}"));
 
     say("publishing 4 JSON lines (one duplicate by idempotency key, one delayed by 2s)");
-    let report = super::publish::publish_lines(&mut conn, EVENTS.as_bytes(), 100, false).await?;
+    let report = super::publish::publish_lines(
+        &mut conn,
+        EVENTS.as_bytes(),
+        super::publish::Batches::of(100),
+        false,
+    )
+    .await?;
     say(&format!(
         "inserted {}, skipped {} duplicate",
         report.inserted, report.duplicates

@@ -148,7 +148,14 @@ pub async fn print_list(
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
     if json {
         let matching = db::events::count(&mut tx, scope, filter, None, Some(limit + 1)).await?;
-        let mut list = JsonList::begin(&mut out, matching.min(limit), matching > limit)?;
+        let mut list = JsonArray::begin(
+            &mut out,
+            &[
+                ("count", matching.min(limit).into()),
+                ("truncated", (matching > limit).into()),
+            ],
+            "events",
+        )?;
         db::events::for_each(&mut tx, scope, filter, None, Some(limit), |row| {
             list.push(&row)
         })
@@ -185,26 +192,57 @@ pub async fn print_list(
     Ok(())
 }
 
-/// Writes [`EventList`] as `serde_json::to_vec_pretty` would, byte for byte, one event at a time.
-pub struct JsonList<W: Write> {
+/// Writes an object as `serde_json::to_vec_pretty` would, byte for byte, when its last field is
+/// an array streamed one item at a time: [`JsonArray::begin`] writes the scalar fields and the
+/// array's `[`, [`JsonArray::push`] each item, [`JsonArray::finish`] the rest. The items alone
+/// can also go elsewhere first ([`JsonArray::items`], e.g. a spill file) and be copied in later.
+#[derive(Debug)]
+pub struct JsonArray<W: Write> {
     out: W,
     first: bool,
 }
 
-impl<W: Write> JsonList<W> {
-    /// Writes the opening, up to the events array's `[`.
-    pub fn begin(mut out: W, count: u64, truncated: bool) -> std::io::Result<Self> {
-        write!(
-            out,
-            "{{\n  \"count\": {count},\n  \"truncated\": {truncated},\n  \"events\": ["
-        )?;
+impl<W: Write> JsonArray<W> {
+    /// Writes `{`, each `(key, value)` (scalars), and `"array_key": [`.
+    pub fn begin(
+        mut out: W,
+        fields: &[(&str, serde_json::Value)],
+        array_key: &str,
+    ) -> anyhow::Result<Self> {
+        Self::write_head(&mut out, fields, array_key)?;
         Ok(Self { out, first: true })
     }
 
-    /// Writes one event. Serialized to a buffer first, so a closed stdout surfaces as an
+    /// An array's items only, written to `out` (no head, no tail).
+    pub fn items(out: W) -> Self {
+        Self { out, first: true }
+    }
+
+    /// The head [`JsonArray::begin`] writes.
+    pub fn write_head(
+        out: &mut impl Write,
+        fields: &[(&str, serde_json::Value)],
+        array_key: &str,
+    ) -> anyhow::Result<()> {
+        let mut head = b"{".to_vec();
+        for (k, v) in fields {
+            head.extend_from_slice(b"\n  ");
+            serde_json::to_writer(&mut head, k)?;
+            head.extend_from_slice(b": ");
+            serde_json::to_writer_pretty(&mut head, v)?;
+            head.push(b',');
+        }
+        head.extend_from_slice(b"\n  ");
+        serde_json::to_writer(&mut head, array_key)?;
+        head.extend_from_slice(b": [");
+        out.write_all(&head)?;
+        Ok(())
+    }
+
+    /// Writes one item. Serialized to a buffer first, so a closed stdout surfaces as an
     /// `io::Error` (a normal exit) rather than inside a `serde_json::Error`.
-    pub fn push<T: Serialize>(&mut self, event: &T) -> anyhow::Result<()> {
-        let text = serde_json::to_vec_pretty(event)?;
+    pub fn push<T: Serialize>(&mut self, item: &T) -> anyhow::Result<()> {
+        let text = serde_json::to_vec_pretty(item)?;
         let mut buf = Vec::with_capacity(text.len() + text.len() / 8 + 8);
         buf.extend_from_slice(if self.first { b"\n" } else { b",\n" });
         self.first = false;
@@ -220,13 +258,24 @@ impl<W: Write> JsonList<W> {
         Ok(())
     }
 
-    /// Closes the array and the object.
+    /// Whether no item was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.first
+    }
+
+    /// The writer, for [`JsonArray::items`].
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    /// The tail [`JsonArray::finish`] writes after `empty` or not items.
+    pub fn write_tail(out: &mut impl Write, empty: bool) -> std::io::Result<()> {
+        out.write_all(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" })
+    }
+
+    /// Closes the array and the object (and a final newline, like `output::print_json`).
     pub fn finish(mut self) -> std::io::Result<W> {
-        if self.first {
-            self.out.write_all(b"]\n}\n")?;
-        } else {
-            self.out.write_all(b"\n  ]\n}\n")?;
-        }
+        Self::write_tail(&mut self.out, self.first)?;
         Ok(self.out)
     }
 }
@@ -355,7 +404,12 @@ mod tests {
                     events: &rows[..n],
                 })
                 .unwrap();
-                let mut list = JsonList::begin(Vec::new(), n as u64, truncated).unwrap();
+                let mut list = JsonArray::begin(
+                    Vec::new(),
+                    &[("count", n.into()), ("truncated", truncated.into())],
+                    "events",
+                )
+                .unwrap();
                 for r in &rows[..n] {
                     list.push(r).unwrap();
                 }
