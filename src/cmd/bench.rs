@@ -296,7 +296,7 @@ async fn sql_ceiling(
                 let got = match mode {
                     Mode::Tx => {
                         let mut tx = conn.begin().await?;
-                        let rows = db::relay::claim_tx(&mut tx, limit).await?;
+                        let rows = db::relay::claim_tx(&mut tx, limit).await?.rows;
                         tx.commit().await?;
                         rows.len()
                     }
@@ -308,7 +308,8 @@ async fn sql_ceiling(
                             Duration::from_secs(30),
                             token,
                         )
-                        .await?;
+                        .await?
+                        .rows;
                         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
                         db::relay::settle_published(&mut conn, &ids, token).await?;
                         rows.len()

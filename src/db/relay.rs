@@ -59,21 +59,23 @@ fn jsonb_size(col: &str) -> String {
     )
 }
 
-/// The `ctid`s of [`READY`]'s rows, in claim order, while their running size (payload plus
-/// headers, by [`jsonb_size`]) stays within the byte budget (the parameter `budget`); the first
-/// row always, however large, so an event bigger than the budget is still delivered.
+/// [`READY`]'s rows, in claim order, while their running size (payload plus headers, by
+/// [`jsonb_size`]) stays within the byte budget (the parameter `budget`): those with
+/// `over_budget = 0` are the claim (the first row always, however large, so an event bigger than
+/// the budget is still delivered); the one row with `over_budget = 1`, when there is one, is the
+/// first that did not fit, and says that the budget, not the backlog, ended the batch.
 ///
-/// Lazy by construction, so a budget of three rows costs three rows, not `LIMIT`: the outer
+/// Lazy by construction, so a budget of three rows costs about three rows, not `LIMIT`: the outer
 /// `count(*) ... OVER (ROWS UNBOUNDED PRECEDING)` never decreases, so PostgreSQL (15+) turns
-/// `over_budget = 0` into a WindowAgg *run condition* and stops pulling rows at the first one
-/// over the budget. Rows are pulled, and so locked and sized, one at a time through LockRows:
-/// measured, a claim of 3 of 500 ready 1 MB rows locked 6 and sized 5, where a plain filter
-/// locks and sizes all 500 (in tx mode the locks would be held through the publish). The
+/// `over_budget <= 1` into a WindowAgg *run condition* and stops pulling rows just after the
+/// first one over the budget. Rows are pulled, and so locked and sized, one at a time through
+/// LockRows: measured, a claim of 3 of 500 ready 1 MB rows locked 6 and sized 5, where a plain
+/// filter locks and sizes all 500 (in tx mode the locks would be held through the publish). The
 /// windows have no ORDER BY: the rows arrive in claim order, and an ORDER BY would add a Sort
 /// that pulls every row first (LockRows hands on no sort order).
 fn within_budget(budget: &str) -> String {
     format!(
-        "SELECT ctid FROM (
+        "SELECT ctid, over_budget FROM (
             SELECT ctid, count(*) FILTER (WHERE run > {budget} AND n > 1)
                          OVER (ROWS UNBOUNDED PRECEDING) AS over_budget
               FROM (SELECT ctid, row_number() OVER w AS n,
@@ -81,7 +83,7 @@ fn within_budget(budget: &str) -> String {
                       FROM ({READY}) r
                     WINDOW w AS (ROWS UNBOUNDED PRECEDING)) sized
            ) counted
-         WHERE over_budget = 0",
+         WHERE over_budget <= 1",
         jsonb_size("payload"),
         jsonb_size("headers")
     )
@@ -94,31 +96,64 @@ pub struct BatchLimit {
     pub bytes: i64,
 }
 
+/// What a claim took.
+#[derive(Debug, Default)]
+pub struct Claim {
+    pub rows: Vec<ClaimedRow>,
+    /// The byte budget ended the batch with another row ready: claim again at once.
+    pub budget_reached: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimedWithBudget {
+    #[sqlx(flatten)]
+    row: ClaimedRow,
+    budget_reached: bool,
+}
+
+impl Claim {
+    fn from_rows(rows: Vec<ClaimedWithBudget>) -> Self {
+        let budget_reached = rows.first().is_some_and(|r| r.budget_reached);
+        Self {
+            rows: rows.into_iter().map(|r| r.row).collect(),
+            budget_reached,
+        }
+    }
+}
+
+/// The claim statement around `set`: the rows of [`within_budget`] that fit, updated by TID,
+/// returning [`RETURNING`] and whether the budget ended the batch.
+fn claim_sql(set: &str, budget: &str) -> String {
+    format!(
+        "WITH sized AS MATERIALIZED ({})
+         UPDATE outbox o
+            SET {set}
+          WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM sized WHERE over_budget = 0))
+          {RETURNING},
+          EXISTS (SELECT FROM sized WHERE over_budget > 0) AS budget_reached",
+        within_budget(budget)
+    )
+}
+
 /// The lease claim: `$1` row limit, `$2` lease in microseconds, `$3` claim token, `$4` byte
 /// budget.
 pub fn claim_lease_sql() -> String {
-    let ready = within_budget("$4");
-    format!(
-        "UPDATE outbox o
-            SET locked_until = now() + $2 * interval '1 microsecond',
+    claim_sql(
+        "locked_until = now() + $2 * interval '1 microsecond',
                 attempt_count = o.attempt_count + 1,
-                claim_token = $3
-          WHERE o.ctid = ANY(ARRAY({ready}))
-          {RETURNING}"
+                claim_token = $3",
+        "$4",
     )
 }
 
 /// The in-transaction claim: `$1` row limit, `$2` byte budget.
 pub fn claim_tx_sql() -> String {
-    let ready = within_budget("$2");
-    format!(
-        "UPDATE outbox o
-            SET published_at = now(),
+    claim_sql(
+        "published_at = now(),
                 locked_until = NULL,
                 attempt_count = o.attempt_count + 1,
-                last_error = NULL
-          WHERE o.ctid = ANY(ARRAY({ready}))
-          {RETURNING}"
+                last_error = NULL",
+        "$2",
     )
 }
 
@@ -133,7 +168,7 @@ pub async fn claim_lease(
     limit: BatchLimit,
     lease: Duration,
     token: Uuid,
-) -> sqlx::Result<Vec<ClaimedRow>> {
+) -> sqlx::Result<Claim> {
     sqlx::query_as(&claim_lease_sql())
         .bind(limit.rows)
         .bind(micros(lease))
@@ -142,18 +177,20 @@ pub async fn claim_lease(
         .persistent(true)
         .fetch_all(conn)
         .await
+        .map(Claim::from_rows)
 }
 
 /// Transaction mode: claims ready rows within `limit` and marks them published in the caller's
 /// open transaction. The caller publishes, reverts failures with [`revert_tx`], then commits; if
 /// it dies instead, the transaction rolls back and the rows are claimable again.
-pub async fn claim_tx(conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Vec<ClaimedRow>> {
+pub async fn claim_tx(conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {
     sqlx::query_as(&claim_tx_sql())
         .bind(limit.rows)
         .bind(limit.bytes)
         .persistent(true)
         .fetch_all(conn)
         .await
+        .map(Claim::from_rows)
 }
 
 /// Lease mode: marks `ids` published if `token` still owns them. Returns the ids it marked.

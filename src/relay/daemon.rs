@@ -39,8 +39,9 @@ pub async fn once(
         let r = relay.step(limit, shutdown).await?;
         total.add(&r);
         // A short batch means nothing more is ready, unless some rows were given back unpublished
-        // (a slow sink ran out of lease time): those are ready again at once.
-        if r.claimed < u64::from(limit) && r.released == 0 {
+        // (a slow sink ran out of lease time): those are ready again at once; or the byte budget
+        // ended it.
+        if r.claimed < u64::from(limit) && r.released == 0 && !r.budget_reached {
             break;
         }
     }
@@ -80,7 +81,9 @@ pub async fn daemon(
                 total.add(&r);
                 since_log.add(&r);
                 (
-                    r.claimed >= u64::from(relay.cfg.batch_size) || r.released > 0,
+                    r.claimed >= u64::from(relay.cfg.batch_size)
+                        || r.released > 0
+                        || r.budget_reached,
                     r.claimed == 0,
                 )
             }

@@ -67,6 +67,10 @@ pub struct Report {
     pub lease_lost: u64,
     /// Publish attempts the sink failed (retried + dead-lettered, before fencing).
     pub sink_failures: u64,
+    /// A step's claim was ended by `--batch-bytes` with more rows ready: a short batch that does
+    /// not mean the backlog is drained. Not part of the summary.
+    #[serde(skip)]
+    pub budget_reached: bool,
 }
 
 impl Report {
@@ -78,6 +82,7 @@ impl Report {
         self.released += o.released;
         self.lease_lost += o.lease_lost;
         self.sink_failures += o.sink_failures;
+        self.budget_reached = o.budget_reached;
     }
 }
 

@@ -82,12 +82,14 @@ impl Relay {
 
     async fn step_lease(&self, limit: i64, ctl: &PublishCtl) -> Result<Report, sqlx::Error> {
         let token = Uuid::new_v4();
-        let rows = {
+        let claim = {
             let mut conn = self.pool.acquire().await?;
             sql::claim_lease(&mut conn, self.limit(limit), self.cfg.lease, token).await?
         };
+        let rows = claim.rows;
         let mut report = Report {
             claimed: rows.len() as u64,
+            budget_reached: claim.budget_reached,
             ..Report::default()
         };
         if rows.is_empty() {
@@ -149,9 +151,11 @@ impl Relay {
     async fn step_tx(&self, limit: i64, ctl: &PublishCtl) -> Result<Report, sqlx::Error> {
         let mut conn = self.pool.acquire().await?;
         let mut tx = conn.begin().await?;
-        let rows = sql::claim_tx(&mut tx, self.limit(limit)).await?;
+        let claim = sql::claim_tx(&mut tx, self.limit(limit)).await?;
+        let rows = claim.rows;
         let mut report = Report {
             claimed: rows.len() as u64,
+            budget_reached: claim.budget_reached,
             ..Report::default()
         };
         if rows.is_empty() {

@@ -9,6 +9,7 @@ mod events;
 mod fixtures;
 mod http_server;
 mod http_sink;
+mod memory;
 mod migrate;
 mod nats_sink;
 mod prune;

@@ -78,6 +78,7 @@ async fn claim_respects_the_batch_and_concurrent_claims_are_disjoint() {
         sql::claim_lease(c, rows(150), Duration::from_secs(30), Uuid::new_v4())
             .await
             .unwrap()
+            .rows
     }))
     .await;
     let mut seen = HashSet::new();
@@ -105,8 +106,8 @@ async fn claim_respects_the_batch_and_concurrent_claims_are_disjoint() {
     let mut b = conns.pop().unwrap();
     let mut ta = a.begin().await.unwrap();
     let mut tb = b.begin().await.unwrap();
-    let ra = sql::claim_tx(&mut ta, rows(300)).await.unwrap();
-    let rb = sql::claim_tx(&mut tb, rows(300)).await.unwrap();
+    let ra = sql::claim_tx(&mut ta, rows(300)).await.unwrap().rows;
+    let rb = sql::claim_tx(&mut tb, rows(300)).await.unwrap().rows;
     assert_eq!(ra.len(), 300);
     assert_eq!(rb.len(), 250, "only 250 unleased rows were left");
     for r in ra.iter().chain(&rb) {
@@ -252,14 +253,16 @@ async fn a_stale_relay_cannot_overwrite_the_newer_outcome() {
     let (stale, fresh) = (Uuid::new_v4(), Uuid::new_v4());
     let first = sql::claim_lease(&mut c, rows(10), Duration::from_secs(30), stale)
         .await
-        .unwrap();
+        .unwrap()
+        .rows;
     assert_eq!(first.len(), 2);
     // The stale relay stalls past its lease; another relay claims the rows again.
     db.exec("UPDATE outbox SET locked_until = now() - interval '1 second'")
         .await;
     let second = sql::claim_lease(&mut c, rows(10), Duration::from_secs(30), fresh)
         .await
-        .unwrap();
+        .unwrap()
+        .rows;
     assert_eq!(second.len(), 2);
     // The new owner publishes row 1 and fails row 2 (retry).
     assert_eq!(
