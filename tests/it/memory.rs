@@ -300,7 +300,6 @@ async fn long_lists_stream_in_pages_and_json_keeps_its_shape() {
         .lines()
         .filter(|l| {
             l.trim_start_matches('│')
-                .trim()
                 .split_whitespace()
                 .next()
                 .is_some_and(|w| w.parse::<i64>().is_ok())
