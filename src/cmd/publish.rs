@@ -47,7 +47,7 @@ pub struct PublishedEvent {
 
 /// The `events` of a --json report, rendered as they are inserted into an unnamed temporary file
 /// (deleted when closed), so memory does not grow with the number of lines; copied to stdout
-/// after the commit (before it, they are not yet true). Measured: about 100 bytes an event.
+/// after the commit (before it, they are not yet true): about 100 bytes of disk an event.
 #[derive(Debug)]
 pub struct Spill {
     items: view::JsonArray<std::io::BufWriter<std::fs::File>>,
@@ -244,9 +244,6 @@ pub async fn publish_lines<R: BufRead>(
         ))
     };
     loop {
-        if buf.capacity() > KEEP_BUF {
-            buf = Vec::new();
-        }
         buf.clear();
         let n = (&mut reader)
             .take(MAX_LINE + 1)
@@ -277,6 +274,9 @@ pub async fn publish_lines<R: BufRead>(
             if !text.is_empty() {
                 next = Some((parse_line(text).map_err(|e| bad_line(line_no, &e))?, n));
             }
+        }
+        if buf.capacity() > KEEP_BUF {
+            buf = Vec::new(); // the line is parsed: its text need not wait for the insert
         }
         // Send the batch when it is full, or before a line that would take it over its bytes.
         let full = match &next {
@@ -381,15 +381,15 @@ fn rejected_input(err: sqlx::Error, what: &str, all_or_nothing: Option<&str>) ->
         return anyhow::Error::new(err).context(format!("inserting {what}{nothing}"));
     };
     let code = db_err.code().unwrap_or_default();
-    let reason = if code.starts_with("22") {
-        "rejected"
+    let why = if code.starts_with("22") {
+        ""
     } else if code.starts_with("54") {
-        "rejected as too large"
+        " as too large"
     } else {
         return anyhow::Error::new(err).context(format!("inserting {what}{nothing}"));
     };
     CodedError::usage(format!(
-        "PostgreSQL {reason} {what}: {}{nothing}",
+        "PostgreSQL rejected {what}{why}: {}{nothing}",
         db_err.message()
     ))
     .into()
@@ -486,7 +486,7 @@ pub fn parse_line(text: &str) -> Result<NewEvent, String> {
         &line.aggregate_type,
         &line.aggregate_id,
         line.tenant_id.as_deref(),
-        &line.payload,
+        line.payload,
         line.headers.unwrap_or_default(),
         line.idempotency_key,
         available_at,
@@ -504,7 +504,7 @@ fn build(
     aggregate_type: &str,
     aggregate_id: &str,
     tenant: Option<&str>,
-    payload: &RawValue,
+    payload: Box<RawValue>,
     headers: Map<String, Value>,
     idempotency_key: Option<String>,
     available_at: Option<chrono::DateTime<chrono::Utc>>,
@@ -553,7 +553,8 @@ fn build(
         aggregate_type: aggregate_type.to_owned(),
         aggregate_id: aggregate_id.to_owned(),
         event_type: event_type.to_owned(),
-        payload: payload.get().to_owned(),
+        // Moved, not copied: a payload can be hundreds of megabytes.
+        payload: Box::<str>::from(payload).into_string(),
         headers: Value::Object(headers),
         idempotency_key,
         available_at,
@@ -605,7 +606,7 @@ fn event_from_flags(args: &PublishArgs) -> Result<NewEvent, CodedError> {
         args.aggregate_type.as_deref().unwrap_or_default(),
         args.aggregate_id.as_deref().unwrap_or_default(),
         args.tenant.as_deref(),
-        &payload,
+        payload,
         headers,
         args.idempotency_key.clone(),
         args.at,

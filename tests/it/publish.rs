@@ -903,7 +903,7 @@ async fn a_value_over_a_postgresql_size_limit_exits_2_naming_its_lines_and_inser
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(
-        err.contains("PostgreSQL rejected as too large lines 1-5: index row size")
+        err.contains("PostgreSQL rejected lines 1-5 as too large: index row size")
             && err.contains("nothing was inserted"),
         "{err}"
     );
@@ -925,7 +925,7 @@ async fn a_value_over_a_postgresql_size_limit_exits_2_naming_its_lines_and_inser
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("PostgreSQL rejected as too large the event: index row size"),
+        stderr(&out).contains("PostgreSQL rejected the event as too large: index row size"),
         "{}",
         stderr(&out)
     );
@@ -966,7 +966,7 @@ async fn batch_bytes_cuts_batches_by_size_and_a_longer_line_goes_alone() {
         let out = run_stdin(&db, &["--batch-bytes", "5500", "-f", "-"], input(bad));
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
         assert!(
-            stderr(&out).contains(&format!("PostgreSQL rejected as too large {batch}:")),
+            stderr(&out).contains(&format!("PostgreSQL rejected {batch} as too large:")),
             "bad line {bad}: {}",
             stderr(&out)
         );
@@ -976,7 +976,7 @@ async fn batch_bytes_cuts_batches_by_size_and_a_longer_line_goes_alone() {
     // The default budget: one batch.
     let out = run_stdin(&db, &["-f", "-"], input(4));
     assert!(
-        stderr(&out).contains("PostgreSQL rejected as too large lines 1-7:"),
+        stderr(&out).contains("PostgreSQL rejected lines 1-7 as too large:"),
         "{}",
         stderr(&out)
     );
@@ -1026,7 +1026,7 @@ async fn a_payload_too_large_for_jsonb_exits_2_naming_its_line_and_inserts_nothi
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(
-        err.contains("PostgreSQL rejected as too large line 2: string too long to represent as jsonb string; nothing was inserted"),
+        err.contains("PostgreSQL rejected line 2 as too large: string too long to represent as jsonb string; nothing was inserted"),
         "{err}"
     );
     let n: i64 = db.scalar("SELECT count(*) FROM outbox").await;
