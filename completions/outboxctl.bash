@@ -1523,7 +1523,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__publish)
-            opts="-f -v -q -h -V --database-url --schema --connect-timeout --file --event-type --aggregate-type --aggregate-id --tenant --payload --header --idempotency-key --delay --at --batch-size --json --verbose --quiet --log-format --help --version"
+            opts="-f -v -q -h -V --database-url --schema --connect-timeout --file --event-type --aggregate-type --aggregate-id --tenant --payload --header --idempotency-key --delay --at --batch-size --batch-bytes --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1589,6 +1589,10 @@ _outboxctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --batch-bytes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -1601,7 +1605,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__relay)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --sink --once --mode --batch-size --concurrency --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --signing-secret-env --async-commit --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --sink --once --mode --batch-size --batch-bytes --concurrency --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --signing-secret-env --async-commit --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1628,6 +1632,10 @@ _outboxctl() {
                     return 0
                     ;;
                 --batch-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch-bytes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -73,6 +73,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l idempote
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l delay -d 'Deliver no earlier than this long from now (database clock), e.g. 5m' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l at -d 'Deliver no earlier than this time (RFC 3339, e.g. 2026-12-01T09:00:00Z)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l batch-size -d 'Rows per INSERT statement in bulk mode' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l batch-bytes -d 'Bytes of JSON lines per INSERT statement in bulk mode, at most (e.g. 16MiB): a batch ends at --batch-size lines or this many bytes, whichever comes first, so memory stays bounded by it and the longest line. A longer line is inserted alone' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand publish" -l json -d 'Print JSON on stdout instead of a table'
@@ -88,6 +89,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l mode -d 'H
 lease\t''
 tx\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l batch-size -d 'Rows claimed per batch' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l batch-bytes -d 'Bytes claimed per batch, at most (payload and headers, e.g. 16MiB, 512KiB): a batch stops at --batch-size rows or at this many bytes, whichever comes first, so the relay\'s memory stays within a small multiple of it. An event larger than this is claimed alone' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l concurrency -d 'Publishes in flight at once within a batch' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l lease -d 'How long a claim is held before another relay may take the row' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l publish-timeout -d 'Timeout of one publish (a stdout or file write too); must be shorter than --lease [default: half the lease]' -r

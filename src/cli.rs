@@ -245,6 +245,12 @@ pub struct PublishArgs {
     #[arg(long, env = "OUTBOXCTL_PUBLISH_BATCH_SIZE", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_size: u32,
 
+    /// Bytes of JSON lines per INSERT statement in bulk mode, at most (e.g. 16MiB): a batch ends
+    /// at --batch-size lines or this many bytes, whichever comes first, so memory stays bounded
+    /// by it and the longest line. A longer line is inserted alone.
+    #[arg(long, env = "OUTBOXCTL_PUBLISH_BATCH_BYTES", default_value = "16MiB", value_parser = crate::size::parse_nonzero_size, value_name = "SIZE")]
+    pub batch_bytes: u64,
+
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -303,6 +309,12 @@ pub struct RelayArgs {
     /// Rows claimed per batch.
     #[arg(long, env = "OUTBOXCTL_BATCH_SIZE", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=50_000))]
     pub batch_size: u32,
+
+    /// Bytes claimed per batch, at most (payload and headers, e.g. 16MiB, 512KiB): a batch stops
+    /// at --batch-size rows or at this many bytes, whichever comes first, so the relay's memory
+    /// stays within a small multiple of it. An event larger than this is claimed alone.
+    #[arg(long, env = "OUTBOXCTL_BATCH_BYTES", default_value = "16MiB", value_parser = crate::size::parse_nonzero_size, value_name = "SIZE")]
+    pub batch_bytes: u64,
 
     /// Publishes in flight at once within a batch.
     #[arg(long, env = "OUTBOXCTL_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]

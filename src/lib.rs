@@ -14,6 +14,7 @@ pub mod output;
 pub mod relay;
 pub mod select;
 pub mod sink;
+pub mod size;
 
 use cli::{Cli, Command};
 

@@ -123,7 +123,13 @@ async fn bench(
     let pb = phase(json, "publish");
     let lines = backlog_lines(args.events);
     let started = Instant::now();
-    let rep = super::publish::publish_lines(&mut *conn, lines.as_bytes(), 5000, false).await?;
+    let rep = super::publish::publish_lines(
+        &mut *conn,
+        lines.as_bytes(),
+        super::publish::Batches::of(5000),
+        false,
+    )
+    .await?;
     let publish = Rate::new(rep.inserted, started.elapsed());
     drop(lines);
     pb.finish_and_clear();
@@ -282,11 +288,15 @@ async fn sql_ceiling(
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
             let mut conn = pool.acquire().await?;
+            let limit = db::relay::BatchLimit {
+                rows: i64::from(batch),
+                bytes: crate::relay::DEFAULT_BATCH_BYTES as i64,
+            };
             loop {
                 let got = match mode {
                     Mode::Tx => {
                         let mut tx = conn.begin().await?;
-                        let rows = db::relay::claim_tx(&mut tx, i64::from(batch)).await?;
+                        let rows = db::relay::claim_tx(&mut tx, limit).await?.rows;
                         tx.commit().await?;
                         rows.len()
                     }
@@ -294,11 +304,12 @@ async fn sql_ceiling(
                         let token = uuid::Uuid::new_v4();
                         let rows = db::relay::claim_lease(
                             &mut conn,
-                            i64::from(batch),
+                            limit,
                             Duration::from_secs(30),
                             token,
                         )
-                        .await?;
+                        .await?
+                        .rows;
                         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
                         db::relay::settle_published(&mut conn, &ids, token).await?;
                         rows.len()
@@ -366,6 +377,7 @@ async fn start_daemon(
                 Mode::Tx
             },
             batch_size: args.batch_size,
+            batch_bytes: crate::relay::DEFAULT_BATCH_BYTES,
             concurrency: args.concurrency,
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(10),

@@ -35,15 +35,16 @@ async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
     check_filter(&mut conn, &filter).await?;
-    let rows =
-        db::events::list(&mut conn, Scope::Dead, &filter, None, Some(args.limit + 1)).await?;
     view::print_list(
-        rows,
+        &mut conn,
+        Scope::Dead,
+        &filter,
         args.limit,
         args.output.json,
         "no dead-lettered events match",
-        view::print_dead_table,
-    )?;
+        view::DEAD_TABLE,
+    )
+    .await?;
     Ok(OK)
 }
 
@@ -244,36 +245,37 @@ async fn export(args: DeadExportArgs) -> anyhow::Result<u8> {
     if !args.ids.is_empty() && !filter.is_empty() {
         return Err(CodedError::usage("give either event ids or filters, not both").into());
     }
-    let selection = if args.ids.is_empty() {
-        Selection::Filter(filter)
-    } else {
-        Selection::resolve(&args.ids, EventFilter::default(), false, "export")?
-    };
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
-    let ids = select_dead(&mut conn, &selection, args.limit, "export").await?;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut written = 0u64;
-    for chunk in ids.chunks(1000) {
-        let rows = db::events::list(
-            &mut conn,
-            Scope::Dead,
-            &EventFilter::default(),
-            Some(chunk),
-            None,
-        )
-        .await?;
-        for row in &rows {
+    // Explicit ids are checked first (each must exist and be dead); then the rows are streamed
+    // from one query, newest dead first, so memory does not grow with the number exported.
+    let ids = if args.ids.is_empty() {
+        check_filter(&mut conn, &filter).await?;
+        None
+    } else {
+        let selection = Selection::resolve(&args.ids, EventFilter::default(), false, "export")?;
+        select_dead(&mut conn, &selection, args.limit, "export").await?;
+        Some(args.ids.clone())
+    };
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
+    let written = db::events::for_each(
+        &mut conn,
+        Scope::Dead,
+        &filter,
+        ids.as_deref(),
+        args.limit,
+        |row| {
             // To a buffer first, so a broken pipe stays an io::Error (exit 0 under `| head`).
             let mut line = match args.format {
-                ExportFormat::Publish => serde_json::to_vec(&PublishLine::from(row))?,
-                ExportFormat::Full => serde_json::to_vec(row)?,
+                ExportFormat::Publish => serde_json::to_vec(&PublishLine::from(&row))?,
+                ExportFormat::Full => serde_json::to_vec(&row)?,
             };
             line.push(b'\n');
             out.write_all(&line)?;
-            written += 1;
-        }
-    }
+            anyhow::Ok(())
+        },
+    )
+    .await?;
     out.flush()?;
     let what = output::plural(written, "dead event", "dead events");
     match args.format {

@@ -99,7 +99,13 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
     say(&format!("applied migrations {:?}", applied.versions));
 
     say("publishing 4 JSON lines (one duplicate by idempotency key, one delayed by 2s)");
-    let report = super::publish::publish_lines(&mut conn, EVENTS.as_bytes(), 100, false).await?;
+    let report = super::publish::publish_lines(
+        &mut conn,
+        EVENTS.as_bytes(),
+        super::publish::Batches::of(100),
+        false,
+    )
+    .await?;
     say(&format!(
         "inserted {}, skipped {} duplicate",
         report.inserted, report.duplicates
@@ -112,6 +118,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
         cfg: RelayConfig {
             mode: Mode::Tx,
             batch_size: 100,
+            batch_bytes: crate::relay::DEFAULT_BATCH_BYTES,
             concurrency: 4,
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(10),

@@ -68,21 +68,16 @@ async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
     dead::check_filter(&mut conn, &filter).await?;
-    let rows = db::events::list(
+    view::print_list(
         &mut conn,
         Scope::States(&states),
         &filter,
-        None,
-        Some(args.limit + 1),
-    )
-    .await?;
-    view::print_list(
-        rows,
         args.limit,
         args.output.json,
         "no events match",
-        view::print_events_table,
-    )?;
+        view::EVENTS_TABLE,
+    )
+    .await?;
     Ok(OK)
 }
 

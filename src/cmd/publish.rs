@@ -5,7 +5,7 @@
 //! while a bad line anywhere leaves the table exactly as it was.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Seek, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -19,17 +19,22 @@ use crate::cli::PublishArgs;
 use crate::config::DbConfig;
 use crate::db::{self, publish::NewEvent};
 use crate::exit::CodedError;
-use crate::output;
+use crate::{cmd::view, output};
 
 /// Tenant used when none is given: the nil uuid.
 pub const DEFAULT_TENANT: Uuid = Uuid::nil();
 
-#[derive(Debug, Serialize)]
+/// What a run did. With --json it is printed as an object with `inserted`, `duplicates`,
+/// `elapsed_ms` and `events` (every inserted event: its line, id and idempotency key).
+#[derive(Debug)]
 pub struct PublishReport {
     pub inserted: u64,
     pub duplicates: u64,
     pub elapsed_ms: u64,
-    pub events: Vec<PublishedEvent>,
+    /// The first inserted event (the one event of a single publish).
+    pub first: Option<PublishedEvent>,
+    /// Every inserted event, when kept (--json), rendered as the array's items.
+    pub events: Option<Spill>,
 }
 
 #[derive(Debug, Serialize)]
@@ -40,6 +45,76 @@ pub struct PublishedEvent {
     pub idempotency_key: String,
 }
 
+/// The `events` of a --json report, rendered as they are inserted into an unnamed temporary file
+/// (deleted when closed), so memory does not grow with the number of lines; copied to stdout
+/// after the commit (before it, they are not yet true): about 100 bytes of disk an event.
+#[derive(Debug)]
+pub struct Spill {
+    items: view::JsonArray<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Spill {
+    fn new() -> anyhow::Result<Self> {
+        let file = tempfile::tempfile()
+            .context("creating a temporary file for the --json list of inserted events")?;
+        Ok(Self {
+            items: view::JsonArray::items(std::io::BufWriter::new(file)),
+        })
+    }
+
+    fn push(&mut self, e: &PublishedEvent) -> anyhow::Result<()> {
+        self.items.push(e)
+    }
+
+    /// Writes the report: its counts, then the spilled events.
+    fn print(self, inserted: u64, duplicates: u64, elapsed_ms: u64) -> anyhow::Result<()> {
+        let empty = self.items.is_empty();
+        let mut file = self
+            .items
+            .into_inner()
+            .into_inner()
+            .map_err(|e| e.into_error())?;
+        file.seek(std::io::SeekFrom::Start(0))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
+        view::JsonArray::<std::io::Stdout>::write_head(
+            &mut out,
+            &[
+                ("inserted", inserted.into()),
+                ("duplicates", duplicates.into()),
+                ("elapsed_ms", elapsed_ms.into()),
+            ],
+            "events",
+        )?;
+        std::io::copy(&mut file, &mut out)?;
+        view::JsonArray::<std::io::Stdout>::write_tail(&mut out, empty)?;
+        out.flush()?;
+        Ok(())
+    }
+}
+
+/// How bulk mode cuts its input into INSERT statements.
+#[derive(Debug, Clone, Copy)]
+pub struct Batches {
+    /// Lines per statement, at most.
+    pub lines: usize,
+    /// Bytes of JSON per statement, at most; a longer line goes alone.
+    pub bytes: usize,
+}
+
+impl Batches {
+    /// `lines` per statement within the default byte budget.
+    pub fn of(lines: usize) -> Self {
+        Self {
+            lines,
+            bytes: crate::relay::DEFAULT_BATCH_BYTES as usize,
+        }
+    }
+}
+
+/// The longest line bulk mode reads: PostgreSQL holds no text value of 1 GiB or more, so a longer
+/// line can never be inserted; it is refused before it is read whole.
+pub const MAX_LINE: u64 = (1 << 30) - 1;
+
 pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let json = args.output.json;
@@ -48,16 +123,17 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
             let reader: Box<dyn Read + Send> = if path.as_os_str() == "-" {
                 Box::new(std::io::stdin())
             } else {
-                Box::new(std::fs::File::open(path).map_err(|e| {
-                    CodedError::usage(format!("cannot read --file {}: {e}", path.display()))
-                })?)
+                Box::new(open_file(path)?)
             };
             let mut conn = db::connect(&cfg).await?;
             db::ensure_migrated(&mut conn, &cfg).await?;
             publish_lines(
                 &mut conn,
                 BufReader::with_capacity(1 << 20, reader),
-                args.batch_size as usize,
+                Batches {
+                    lines: args.batch_size as usize,
+                    bytes: usize::try_from(args.batch_bytes).unwrap_or(usize::MAX),
+                },
                 json,
             )
             .await?
@@ -69,26 +145,34 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
             let started = Instant::now();
             let rows = db::publish::insert_batch(&mut conn, std::slice::from_ref(&event))
                 .await
-                .map_err(|e| rejected_input(e, "the event"))?;
+                .map_err(|e| rejected_input(e, "the event", None))?;
+            let first = rows.into_iter().next().map(|r| PublishedEvent {
+                line: None,
+                id: r.id,
+                idempotency_key: r.idempotency_key,
+            });
+            let events = match (&first, json) {
+                (Some(e), true) => {
+                    let mut spill = Spill::new()?;
+                    spill.push(e)?;
+                    Some(spill)
+                }
+                (None, true) => Some(Spill::new()?),
+                (_, false) => None,
+            };
             PublishReport {
-                inserted: rows.len() as u64,
-                duplicates: 1 - rows.len() as u64,
+                inserted: u64::from(first.is_some()),
+                duplicates: u64::from(first.is_none()),
                 elapsed_ms: started.elapsed().as_millis() as u64,
-                events: rows
-                    .into_iter()
-                    .map(|r| PublishedEvent {
-                        line: None,
-                        id: r.id,
-                        idempotency_key: r.idempotency_key,
-                    })
-                    .collect(),
+                first,
+                events,
             }
         }
     };
-    if json {
-        output::print_json(&report)?;
+    if let Some(events) = report.events {
+        events.print(report.inserted, report.duplicates, report.elapsed_ms)?;
     } else if args.file.is_none() {
-        match report.events.first() {
+        match &report.first {
             Some(e) => output::print_summary(format_args!(
                 "inserted event {} (idempotency key {})",
                 e.id, e.idempotency_key
@@ -110,14 +194,37 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
     Ok(crate::exit::OK)
 }
 
+/// Opens `--file PATH` for reading: a directory or an unreadable path is bad usage (exit 2).
+fn open_file(path: &std::path::Path) -> Result<std::fs::File, CodedError> {
+    let bad = |why: String| {
+        CodedError::usage(format!(
+            "cannot read --file {}: {why}; give a JSON-lines file, or - for stdin",
+            path.display()
+        ))
+    };
+    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    match file.metadata() {
+        Ok(m) if m.is_dir() => Err(bad("it is a directory".into())),
+        Ok(_) => Ok(file),
+        Err(e) => Err(bad(e.to_string())),
+    }
+}
+
 /// Reads JSON lines and inserts them in batches inside one transaction. Any bad line aborts the
 /// whole run (rolled back) with an error naming its line number.
+///
+/// Memory is bounded by the batch, not the input: a batch is sent and dropped once it holds
+/// `batches.lines` lines or `batches.bytes` bytes of JSON (a longer line is sent alone), the line
+/// buffer is released after a long line, and with `keep_ids` the list of inserted events goes to
+/// a temporary file ([`Spill`]).
 pub async fn publish_lines<R: BufRead>(
     conn: &mut sqlx::PgConnection,
     mut reader: R,
-    batch_size: usize,
+    batches: Batches,
     keep_ids: bool,
 ) -> anyhow::Result<PublishReport> {
+    /// A line buffer larger than this is released after its line, not kept for the next.
+    const KEEP_BUF: usize = 4 << 20;
     let started = Instant::now();
     let pb = output::progress(None, keep_ids, "publishing");
     let mut tx = conn.begin().await?;
@@ -125,10 +232,10 @@ pub async fn publish_lines<R: BufRead>(
         inserted: 0,
         duplicates: 0,
         elapsed_ms: 0,
-        events: Vec::new(),
+        first: None,
+        events: if keep_ids { Some(Spill::new()?) } else { None },
     };
-    let mut batch: Vec<NewEvent> = Vec::with_capacity(batch_size);
-    let mut batch_lines: Vec<u64> = Vec::with_capacity(batch_size);
+    let mut batch = Batch::default();
     let mut line_no = 0u64;
     let mut buf = Vec::new();
     let bad_line = |line_no: u64, e: &str| {
@@ -138,12 +245,24 @@ pub async fn publish_lines<R: BufRead>(
     };
     loop {
         buf.clear();
-        let n = reader
+        let n = (&mut reader)
+            .take(MAX_LINE + 1)
             .read_until(b'\n', &mut buf)
             .with_context(|| format!("reading line {}; nothing was inserted", line_no + 1))?;
         let eof = n == 0;
+        let mut next = None;
         if !eof {
             line_no += 1;
+            if n as u64 > MAX_LINE {
+                return Err(bad_line(
+                    line_no,
+                    &format!(
+                        "longer than {}, more than PostgreSQL can store in a row",
+                        crate::size::format_size(MAX_LINE + 1)
+                    ),
+                )
+                .into());
+            }
             let text = std::str::from_utf8(&buf)
                 .map_err(|e| bad_line(line_no, &format!("not valid UTF-8 ({e})")))?;
             let text = if line_no == 1 {
@@ -153,41 +272,29 @@ pub async fn publish_lines<R: BufRead>(
             };
             let text = text.trim();
             if !text.is_empty() {
-                let event = parse_line(text).map_err(|e| bad_line(line_no, &e))?;
-                batch.push(event);
-                batch_lines.push(line_no);
+                next = Some((parse_line(text).map_err(|e| bad_line(line_no, &e))?, n));
             }
         }
-        if batch.len() >= batch_size || (eof && !batch.is_empty()) {
-            let rows = db::publish::insert_batch(&mut tx, &batch)
-                .await
-                .map_err(|e| {
-                    rejected_input(e, &format!("lines {}-{}", batch_lines[0], line_no))
-                        .context("nothing was inserted (bulk publish is all-or-nothing)")
-                })?;
-            report.inserted += rows.len() as u64;
-            report.duplicates += (batch.len() - rows.len()) as u64;
-            if keep_ids {
-                let lines: HashMap<&str, u64> = batch
-                    .iter()
-                    .zip(&batch_lines)
-                    .rev() // the first line with a key is the one inserted
-                    .map(|(e, l)| (e.idempotency_key.as_str(), *l))
-                    .collect();
-                let mut events: Vec<PublishedEvent> = rows
-                    .into_iter()
-                    .map(|r| PublishedEvent {
-                        line: lines.get(r.idempotency_key.as_str()).copied(),
-                        id: r.id,
-                        idempotency_key: r.idempotency_key,
-                    })
-                    .collect();
-                events.sort_by_key(|e| e.line);
-                report.events.extend(events);
+        if buf.capacity() > KEEP_BUF {
+            buf = Vec::new(); // the line is parsed: its text need not wait for the insert
+        }
+        // Send the batch when it is full, or before a line that would take it over its bytes.
+        let full = match &next {
+            Some((_, len)) => {
+                batch.events.len() >= batches.lines
+                    || (!batch.events.is_empty() && batch.bytes + len > batches.bytes)
             }
-            pb.inc(batch.len() as u64);
+            None => eof,
+        };
+        if full && !batch.events.is_empty() {
+            insert(&mut tx, &mut batch, &mut report).await?;
+            pb.inc(batch.events.len() as u64);
             batch.clear();
-            batch_lines.clear();
+        }
+        if let Some((event, len)) = next {
+            batch.events.push(event);
+            batch.lines.push(line_no);
+            batch.bytes += len;
         }
         if eof {
             break;
@@ -201,18 +308,91 @@ pub async fn publish_lines<R: BufRead>(
     Ok(report)
 }
 
-/// A failed insert. A data exception (SQLSTATE class 22, e.g. a number PostgreSQL's jsonb cannot
-/// hold) is bad input, exit 2; anything else is a database failure.
-fn rejected_input(err: sqlx::Error, what: &str) -> anyhow::Error {
-    let data_exception = err
-        .as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|c| c.starts_with("22"));
-    if data_exception {
-        CodedError::usage(format!("PostgreSQL rejected {what}: {err}")).into()
-    } else {
-        anyhow::Error::new(err).context(format!("inserting {what}"))
+/// The lines of one INSERT statement.
+#[derive(Default)]
+struct Batch {
+    events: Vec<NewEvent>,
+    /// Each event's line number.
+    lines: Vec<u64>,
+    /// Bytes of JSON read for them.
+    bytes: usize,
+}
+
+impl Batch {
+    fn clear(&mut self) {
+        // Dropped, not cleared: a batch of long lines should not keep its memory for the next.
+        self.events = Vec::new();
+        self.lines.clear();
+        self.bytes = 0;
     }
+}
+
+/// Inserts `batch` and records what it did in `report`.
+async fn insert(
+    tx: &mut sqlx::PgConnection,
+    batch: &mut Batch,
+    report: &mut PublishReport,
+) -> anyhow::Result<()> {
+    let (first_line, last_line) = (batch.lines[0], batch.lines[batch.lines.len() - 1]);
+    let what = if first_line == last_line {
+        format!("line {first_line}")
+    } else {
+        format!("lines {first_line}-{last_line}")
+    };
+    let rows = db::publish::insert_batch(tx, &batch.events)
+        .await
+        .map_err(|e| rejected_input(e, &what, Some("bulk publish is all-or-nothing")))?;
+    report.inserted += rows.len() as u64;
+    report.duplicates += (batch.events.len() - rows.len()) as u64;
+    if let Some(spill) = &mut report.events {
+        let lines: HashMap<&str, u64> = batch
+            .events
+            .iter()
+            .zip(&batch.lines)
+            .rev() // the first line with a key is the one inserted
+            .map(|(e, l)| (e.idempotency_key.as_str(), *l))
+            .collect();
+        let mut events: Vec<PublishedEvent> = rows
+            .into_iter()
+            .map(|r| PublishedEvent {
+                line: lines.get(r.idempotency_key.as_str()).copied(),
+                id: r.id,
+                idempotency_key: r.idempotency_key,
+            })
+            .collect();
+        events.sort_by_key(|e| e.line);
+        for e in &events {
+            spill.push(e)?;
+        }
+    }
+    Ok(())
+}
+
+/// A failed insert. A data exception (SQLSTATE class 22, e.g. a number PostgreSQL's jsonb cannot
+/// hold) or a value over one of PostgreSQL's size limits (class 54, e.g. a jsonb string over
+/// 256 MiB, an idempotency key too long for its unique index) is bad input, exit 2, reported in
+/// one line with PostgreSQL's own words; anything else is a database failure.
+fn rejected_input(err: sqlx::Error, what: &str, all_or_nothing: Option<&str>) -> anyhow::Error {
+    let nothing = match all_or_nothing {
+        Some(why) => format!("; nothing was inserted ({why})"),
+        None => "; nothing was inserted".to_owned(),
+    };
+    let Some(db_err) = err.as_database_error() else {
+        return anyhow::Error::new(err).context(format!("inserting {what}{nothing}"));
+    };
+    let code = db_err.code().unwrap_or_default();
+    let why = if code.starts_with("22") {
+        ""
+    } else if code.starts_with("54") {
+        " as too large"
+    } else {
+        return anyhow::Error::new(err).context(format!("inserting {what}{nothing}"));
+    };
+    CodedError::usage(format!(
+        "PostgreSQL rejected {what}{why}: {}{nothing}",
+        db_err.message()
+    ))
+    .into()
 }
 
 const EXPECTING: &str =
@@ -306,7 +486,7 @@ pub fn parse_line(text: &str) -> Result<NewEvent, String> {
         &line.aggregate_type,
         &line.aggregate_id,
         line.tenant_id.as_deref(),
-        &line.payload,
+        line.payload,
         line.headers.unwrap_or_default(),
         line.idempotency_key,
         available_at,
@@ -324,7 +504,7 @@ fn build(
     aggregate_type: &str,
     aggregate_id: &str,
     tenant: Option<&str>,
-    payload: &RawValue,
+    payload: Box<RawValue>,
     headers: Map<String, Value>,
     idempotency_key: Option<String>,
     available_at: Option<chrono::DateTime<chrono::Utc>>,
@@ -373,7 +553,8 @@ fn build(
         aggregate_type: aggregate_type.to_owned(),
         aggregate_id: aggregate_id.to_owned(),
         event_type: event_type.to_owned(),
-        payload: payload.get().to_owned(),
+        // Moved, not copied: a payload can be hundreds of megabytes.
+        payload: Box::<str>::from(payload).into_string(),
         headers: Value::Object(headers),
         idempotency_key,
         available_at,
@@ -425,7 +606,7 @@ fn event_from_flags(args: &PublishArgs) -> Result<NewEvent, CodedError> {
         args.aggregate_type.as_deref().unwrap_or_default(),
         args.aggregate_id.as_deref().unwrap_or_default(),
         args.tenant.as_deref(),
-        &payload,
+        payload,
         headers,
         args.idempotency_key.clone(),
         args.at,

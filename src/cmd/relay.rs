@@ -78,6 +78,7 @@ pub async fn build(
         cfg: RelayConfig {
             mode,
             batch_size: args.batch_size,
+            batch_bytes: args.batch_bytes,
             concurrency: args.concurrency,
             lease: args.lease,
             publish_timeout,

@@ -5,13 +5,17 @@ use std::io::Write;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::db::audit::AuditRecord;
-use crate::db::dead::RequeueRecord;
-use crate::db::events::EventRow;
-use crate::exit::CodedError;
-use crate::output;
+use sqlx::PgConnection;
 
-/// A list of events as `--json` prints it.
+use crate::db::audit::AuditRecord;
+
+use crate::db::dead::RequeueRecord;
+use crate::db::events::{EventRow, Scope};
+use crate::exit::CodedError;
+use crate::select::EventFilter;
+use crate::{db, output};
+
+/// A list of events as `--json` prints it. [`print_list`] streams exactly this shape.
 #[derive(Debug, Serialize)]
 pub struct EventList<'a> {
     pub count: usize,
@@ -54,33 +58,40 @@ fn aggregate(e: &EventRow) -> String {
     format!("{}/{}", e.aggregate_type, e.aggregate_id)
 }
 
+/// A table of events: its header and how a row becomes its cells (short texts only, so a page of
+/// rows holds no payload).
+#[derive(Clone, Copy)]
+pub struct TableKind {
+    pub header: &'static [&'static str],
+    pub cells: fn(&EventRow) -> Vec<String>,
+}
+
 /// Dead letters: id, type, aggregate, attempts, when, the error's first line.
-pub fn print_dead_table(rows: &[EventRow]) -> anyhow::Result<()> {
-    let mut t = output::table(&[
+pub const DEAD_TABLE: TableKind = TableKind {
+    header: &[
         "id",
         "event type",
         "aggregate",
         "attempts",
         "dead since",
         "error",
-    ]);
-    for e in rows {
-        t.add_row(vec![
+    ],
+    cells: |e| {
+        vec![
             e.id.to_string(),
             e.event_type.clone(),
             aggregate(e),
             e.attempt_count.to_string(),
             time(e.dead_lettered_at),
             first_line(e.last_error.as_deref().unwrap_or(""), 60),
-        ]);
-    }
-    output::print_table(&t)
-}
+        ]
+    },
+};
 
 /// Events of any state: id, state, type, aggregate, attempts, due (or published / dead-lettered)
 /// time, last error. `show` and --json have every column.
-pub fn print_events_table(rows: &[EventRow]) -> anyhow::Result<()> {
-    let mut t = output::table(&[
+pub const EVENTS_TABLE: TableKind = TableKind {
+    header: &[
         "id",
         "state",
         "event type",
@@ -88,13 +99,13 @@ pub fn print_events_table(rows: &[EventRow]) -> anyhow::Result<()> {
         "attempts",
         "due / done",
         "last error",
-    ]);
-    for e in rows {
+    ],
+    cells: |e| {
         let when = e
             .published_at
             .or(e.dead_lettered_at)
             .or(Some(e.available_at));
-        t.add_row(vec![
+        vec![
             e.id.to_string(),
             e.state.to_string(),
             e.event_type.clone(),
@@ -102,37 +113,179 @@ pub fn print_events_table(rows: &[EventRow]) -> anyhow::Result<()> {
             e.attempt_count.to_string(),
             time(when),
             first_line(e.last_error.as_deref().unwrap_or(""), 40),
-        ]);
+        ]
+    },
+};
+
+fn print_table(kind: TableKind, rows: Vec<Vec<String>>) -> anyhow::Result<()> {
+    let mut t = output::table(kind.header);
+    for r in rows {
+        t.add_row(r);
     }
     output::print_table(&t)
 }
 
-/// The note on stderr after a list cut short by --limit.
-/// Prints a list fetched with `limit + 1` rows: JSON, a message when empty, or the table (and a
-/// note on stderr when more rows matched than `limit`).
-pub fn print_list(
-    mut rows: Vec<EventRow>,
+/// Prints `rows` as a dead-letter table.
+pub fn print_dead_table(rows: &[EventRow]) -> anyhow::Result<()> {
+    print_table(DEAD_TABLE, rows.iter().map(DEAD_TABLE.cells).collect())
+}
+
+/// Prints `rows` as an events table.
+pub fn print_events_table(rows: &[EventRow]) -> anyhow::Result<()> {
+    print_table(EVENTS_TABLE, rows.iter().map(EVENTS_TABLE.cells).collect())
+}
+
+/// Rows per table when a list is printed for humans: a longer list is printed as several tables
+/// of this many rows, each with its header, so memory stays bounded whatever --limit is (a table
+/// needs all its rows to size its columns).
+pub const TABLE_PAGE: usize = 1000;
+
+/// Streams a list of at most `limit` events from the database to stdout: with `json`,
+/// [`EventList`]'s shape (count first, so it is counted first, in the same snapshot), else a
+/// message when empty, or tables of [`TABLE_PAGE`] rows and a note on stderr when more rows
+/// matched than `limit`. Memory does not grow with `limit`.
+pub async fn print_list(
+    conn: &mut PgConnection,
+    scope: Scope<'_>,
+    filter: &EventFilter,
     limit: u64,
     json: bool,
     empty: &str,
-    table: fn(&[EventRow]) -> anyhow::Result<()>,
+    kind: TableKind,
 ) -> anyhow::Result<()> {
-    let truncated = rows.len() as u64 > limit;
-    rows.truncate(limit as usize);
+    let mut tx = db::events::begin_snapshot(conn).await?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
     if json {
-        output::print_json(&EventList {
-            count: rows.len(),
-            truncated,
-            events: &rows,
+        let matching = db::events::count(&mut tx, scope, filter, None, Some(limit + 1)).await?;
+        let mut list = JsonArray::begin(
+            &mut out,
+            &[
+                ("count", matching.min(limit).into()),
+                ("truncated", (matching > limit).into()),
+            ],
+            "events",
+        )?;
+        db::events::for_each(&mut tx, scope, filter, None, Some(limit), |row| {
+            list.push(&row)
         })
-    } else if rows.is_empty() {
-        output::print_line(format_args!("{empty}"))
+        .await?;
+        list.finish()?;
     } else {
-        table(&rows)?;
-        if truncated {
-            note_truncated(rows.len());
+        let mut page = Vec::new();
+        let mut shown = 0u64;
+        let mut truncated = false;
+        db::events::for_each(&mut tx, scope, filter, None, Some(limit + 1), |row| {
+            if shown == limit {
+                truncated = true;
+                return Ok(());
+            }
+            shown += 1;
+            page.push((kind.cells)(&row));
+            if page.len() == TABLE_PAGE {
+                print_table(kind, std::mem::take(&mut page))?;
+            }
+            anyhow::Ok(())
+        })
+        .await?;
+        if shown == 0 {
+            output::print_line(format_args!("{empty}"))?;
+        } else if !page.is_empty() {
+            print_table(kind, page)?;
         }
+        if truncated {
+            note_truncated(shown as usize);
+        }
+    }
+    out.flush()?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Writes an object as `serde_json::to_vec_pretty` would, byte for byte, when its last field is
+/// an array streamed one item at a time: [`JsonArray::begin`] writes the scalar fields and the
+/// array's `[`, [`JsonArray::push`] each item, [`JsonArray::finish`] the rest. The items alone
+/// can also go elsewhere first ([`JsonArray::items`], e.g. a spill file) and be copied in later.
+#[derive(Debug)]
+pub struct JsonArray<W: Write> {
+    out: W,
+    first: bool,
+}
+
+impl<W: Write> JsonArray<W> {
+    /// Writes `{`, each `(key, value)` (scalars), and `"array_key": [`.
+    pub fn begin(
+        mut out: W,
+        fields: &[(&str, serde_json::Value)],
+        array_key: &str,
+    ) -> anyhow::Result<Self> {
+        Self::write_head(&mut out, fields, array_key)?;
+        Ok(Self { out, first: true })
+    }
+
+    /// An array's items only, written to `out` (no head, no tail).
+    pub fn items(out: W) -> Self {
+        Self { out, first: true }
+    }
+
+    /// The head [`JsonArray::begin`] writes.
+    pub fn write_head(
+        out: &mut impl Write,
+        fields: &[(&str, serde_json::Value)],
+        array_key: &str,
+    ) -> anyhow::Result<()> {
+        let mut head = b"{".to_vec();
+        for (k, v) in fields {
+            head.extend_from_slice(b"\n  ");
+            serde_json::to_writer(&mut head, k)?;
+            head.extend_from_slice(b": ");
+            serde_json::to_writer_pretty(&mut head, v)?;
+            head.push(b',');
+        }
+        head.extend_from_slice(b"\n  ");
+        serde_json::to_writer(&mut head, array_key)?;
+        head.extend_from_slice(b": [");
+        out.write_all(&head)?;
         Ok(())
+    }
+
+    /// Writes one item. Serialized to a buffer first, so a closed stdout surfaces as an
+    /// `io::Error` (a normal exit) rather than inside a `serde_json::Error`.
+    pub fn push<T: Serialize>(&mut self, item: &T) -> anyhow::Result<()> {
+        let text = serde_json::to_vec_pretty(item)?;
+        let mut buf = Vec::with_capacity(text.len() + text.len() / 8 + 8);
+        buf.extend_from_slice(if self.first { b"\n" } else { b",\n" });
+        self.first = false;
+        // Pretty JSON has a newline only between tokens (strings escape theirs): indent each line.
+        for (i, line) in text.split(|b| *b == b'\n').enumerate() {
+            if i > 0 {
+                buf.push(b'\n');
+            }
+            buf.extend_from_slice(b"    ");
+            buf.extend_from_slice(line);
+        }
+        self.out.write_all(&buf)?;
+        Ok(())
+    }
+
+    /// Whether no item was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.first
+    }
+
+    /// The writer, for [`JsonArray::items`].
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    /// The tail [`JsonArray::finish`] writes after `empty` or not items.
+    pub fn write_tail(out: &mut impl Write, empty: bool) -> std::io::Result<()> {
+        out.write_all(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" })
+    }
+
+    /// Closes the array and the object (and a final newline, like `output::print_json`).
+    pub fn finish(mut self) -> std::io::Result<W> {
+        Self::write_tail(&mut self.out, self.first)?;
+        Ok(self.out)
     }
 }
 
@@ -310,6 +463,69 @@ pub fn no_such_event(id: i64, schema: &str) -> CodedError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(id: i64, payload: serde_json::Value) -> EventRow {
+        EventRow {
+            id,
+            state: crate::db::events::EventState::Dead,
+            tenant_id: uuid::Uuid::nil(),
+            event_type: "order.placed".into(),
+            aggregate_type: "order".into(),
+            aggregate_id: id.to_string(),
+            idempotency_key: format!("k{id}"),
+            payload,
+            headers: serde_json::json!({"v": "1"}),
+            attempt_count: 3,
+            created_at: chrono::DateTime::from_timestamp(1_764_000_000, 0).unwrap(),
+            available_at: chrono::DateTime::from_timestamp(1_764_000_001, 0).unwrap(),
+            locked_until: None,
+            claim_token: None,
+            published_at: None,
+            dead_lettered_at: chrono::DateTime::from_timestamp(1_764_000_002, 0),
+            last_error: Some("HTTP 500\nline two".into()),
+        }
+    }
+
+    #[test]
+    fn streamed_json_list_is_byte_identical_to_the_whole_document() {
+        let rows = [
+            row(
+                1,
+                serde_json::json!({"a": [1, 2, {"b": "x\ny"}], "e": {}, "f": []}),
+            ),
+            row(2, serde_json::json!("text")),
+            row(3, serde_json::json!(null)),
+        ];
+        for n in 0..=rows.len() {
+            for truncated in [false, true] {
+                let want = serde_json::to_vec_pretty(&EventList {
+                    count: n,
+                    truncated,
+                    events: &rows[..n],
+                })
+                .unwrap();
+                let mut list = JsonArray::begin(
+                    Vec::new(),
+                    &[("count", n.into()), ("truncated", truncated.into())],
+                    "events",
+                )
+                .unwrap();
+                for r in &rows[..n] {
+                    list.push(r).unwrap();
+                }
+                let mut got = list.finish().unwrap();
+                assert_eq!(
+                    got.pop(),
+                    Some(b'\n'),
+                    "ends with a newline, like print_json"
+                );
+                assert_eq!(
+                    String::from_utf8(got).unwrap(),
+                    String::from_utf8(want).unwrap()
+                );
+            }
+        }
+    }
 
     #[test]
     fn first_lines() {

@@ -216,6 +216,28 @@ pub fn push_filter(qb: &mut QueryBuilder<'_, Postgres>, f: &EventFilter, time_co
     }
 }
 
+/// `WHERE` and `ORDER BY` of a read: rows in `scope` (and among `ids`) matching `filter`, newest
+/// first.
+fn push_selection(
+    qb: &mut QueryBuilder<'_, Postgres>,
+    scope: Scope<'_>,
+    filter: &EventFilter,
+    ids: Option<&[i64]>,
+) {
+    qb.push(" WHERE ");
+    scope.push_predicate(qb);
+    if let Some(ids) = ids {
+        qb.push(" AND id = ANY(").push_bind(ids.to_vec()).push(")");
+    }
+    push_filter(qb, filter, scope.time_column());
+    qb.push(scope.order_by());
+}
+
+fn push_limit(qb: &mut QueryBuilder<'_, Postgres>, limit: Option<u64>) {
+    qb.push(" LIMIT ")
+        .push_bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)));
+}
+
 /// Rows in `scope` matching `filter`, newest first, at most `limit`.
 pub async fn list(
     conn: &mut PgConnection,
@@ -226,16 +248,64 @@ pub async fn list(
 ) -> sqlx::Result<Vec<EventRow>> {
     let mut qb = QueryBuilder::new("");
     push_columns(&mut qb);
-    qb.push(" WHERE ");
-    scope.push_predicate(&mut qb);
-    if let Some(ids) = ids {
-        qb.push(" AND id = ANY(").push_bind(ids.to_vec()).push(")");
-    }
-    push_filter(&mut qb, filter, scope.time_column());
-    qb.push(scope.order_by());
-    qb.push(" LIMIT ")
-        .push_bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)));
+    push_selection(&mut qb, scope, filter, ids);
+    push_limit(&mut qb, limit);
     qb.build_query_as().fetch_all(conn).await
+}
+
+/// [`list`], one row at a time: `each` gets every row as PostgreSQL sends it, so memory does not
+/// grow with `limit` (`events list`, `dead list`, `dead export`). Returns how many rows it saw.
+pub async fn for_each<E: From<sqlx::Error>>(
+    conn: &mut PgConnection,
+    scope: Scope<'_>,
+    filter: &EventFilter,
+    ids: Option<&[i64]>,
+    limit: Option<u64>,
+    mut each: impl FnMut(EventRow) -> Result<(), E>,
+) -> Result<u64, E> {
+    use futures::TryStreamExt;
+    let mut qb = QueryBuilder::new("");
+    push_columns(&mut qb);
+    push_selection(&mut qb, scope, filter, ids);
+    push_limit(&mut qb, limit);
+    let mut rows = qb.build_query_as::<EventRow>().fetch(conn);
+    let mut n = 0;
+    while let Some(row) = rows.try_next().await? {
+        each(row)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// How many rows [`list`] would return with `limit`, without reading them (no payload is
+/// detoasted), so a streamed list can print its count first. Run it and the list in one
+/// [`begin_snapshot`] transaction for the two to agree.
+pub async fn count(
+    conn: &mut PgConnection,
+    scope: Scope<'_>,
+    filter: &EventFilter,
+    ids: Option<&[i64]>,
+    limit: Option<u64>,
+) -> sqlx::Result<u64> {
+    let mut qb = QueryBuilder::new("SELECT count(*) FROM (SELECT 1 FROM outbox");
+    push_selection(&mut qb, scope, filter, ids);
+    push_limit(&mut qb, limit);
+    qb.push(") matching");
+    let n: i64 = qb.build_query_scalar().fetch_one(conn).await?;
+    Ok(n as u64)
+}
+
+/// Starts a read-only REPEATABLE READ transaction: its statements all see one snapshot (and one
+/// `now()`), so a count and the list it announces agree.
+pub async fn begin_snapshot(
+    conn: &mut PgConnection,
+) -> sqlx::Result<sqlx::Transaction<'_, Postgres>> {
+    use sqlx::Connection;
+    let mut tx = conn.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
 }
 
 /// Ids of dead letters matching the selection, newest dead first, at most `limit`.

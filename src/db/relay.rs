@@ -34,7 +34,9 @@ const RETURNING: &str =
 /// The rows a claim may take: due, pending, lease free or expired. Returns their `ctid`s so the
 /// UPDATE reaches each row by a TID scan instead of a second primary-key lookup (measured: +5 %
 /// in-server). A row updated concurrently between the two is simply not claimed this time.
-const READY: &str = "SELECT ctid FROM outbox
+/// Also returns `payload` and `headers` (as stored: a TOAST pointer costs nothing to pass on) for
+/// [`within_budget`] to size.
+const READY: &str = "SELECT ctid, payload, headers FROM outbox
           WHERE published_at IS NULL AND dead_lettered_at IS NULL
             AND available_at <= now()
             AND (locked_until IS NULL OR locked_until < now())
@@ -42,28 +44,116 @@ const READY: &str = "SELECT ctid FROM outbox
           LIMIT $1
           FOR UPDATE SKIP LOCKED";
 
-/// The lease claim: `$1` limit, `$2` lease in microseconds, `$3` claim token.
-pub fn claim_lease_sql() -> String {
+/// The size of a jsonb column as the relay will hold it, in bytes, without detoasting what need
+/// not be: an uncompressed value's stored size (inline or out of line: only the TOAST pointer is
+/// read) is its size; a compressed one's stored size can be 100 times smaller than its text, so it
+/// is decompressed (`#> '{}'` hands back the whole value, detoasted, without rebuilding it) and
+/// measured. Measured on 5 MB payloads: 3 ms a row, against 35-60 ms for the exact
+/// `octet_length(payload::text)` (a second jsonb-to-text conversion per row). The jsonb size is
+/// within a factor of about two of the text the relay receives (larger for small objects and
+/// numbers, smaller for strings full of escapes).
+fn jsonb_size(col: &str) -> String {
     format!(
-        "UPDATE outbox o
-            SET locked_until = now() + $2 * interval '1 microsecond',
-                attempt_count = o.attempt_count + 1,
-                claim_token = $3
-          WHERE o.ctid = ANY(ARRAY({READY}))
-          {RETURNING}"
+        "CASE WHEN pg_column_compression({col}) IS NULL THEN pg_column_size({col}) \
+              ELSE pg_column_size({col} #> '{{}}') END"
     )
 }
 
-/// The in-transaction claim: `$1` limit.
-pub fn claim_tx_sql() -> String {
+/// [`READY`]'s rows, in claim order, while their running size (payload plus headers, by
+/// [`jsonb_size`]) stays within the byte budget (the parameter `budget`): those with
+/// `over_budget = 0` are the claim (the first row always, however large, so an event bigger than
+/// the budget is still delivered); the one row with `over_budget = 1`, when there is one, is the
+/// first that did not fit, and says that the budget, not the backlog, ended the batch.
+///
+/// Lazy by construction, so a budget of three rows costs about three rows, not `LIMIT`: the outer
+/// `count(*) ... OVER (ROWS UNBOUNDED PRECEDING)` never decreases, so PostgreSQL (15+) turns
+/// `over_budget <= 1` into a WindowAgg *run condition* and stops pulling rows just after the
+/// first one over the budget. Rows are pulled, and so locked and sized, one at a time through
+/// LockRows: measured, a claim of 3 of 500 ready 1 MB rows locked 6 and sized 5, where a plain
+/// filter locks and sizes all 500 (in tx mode the locks would be held through the publish). The
+/// windows have no ORDER BY: the rows arrive in claim order, and an ORDER BY would add a Sort
+/// that pulls every row first (LockRows hands on no sort order).
+fn within_budget(budget: &str) -> String {
     format!(
-        "UPDATE outbox o
-            SET published_at = now(),
+        "SELECT ctid, over_budget FROM (
+            SELECT ctid, count(*) FILTER (WHERE run > {budget} AND n > 1)
+                         OVER (ROWS UNBOUNDED PRECEDING) AS over_budget
+              FROM (SELECT ctid, row_number() OVER w AS n,
+                           sum({} + {}) OVER w AS run
+                      FROM ({READY}) r
+                    WINDOW w AS (ROWS UNBOUNDED PRECEDING)) sized
+           ) counted
+         WHERE over_budget <= 1",
+        jsonb_size("payload"),
+        jsonb_size("headers")
+    )
+}
+
+/// A claim's bounds: at most `rows` rows, and no more bytes than `bytes` (see [`within_budget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimit {
+    pub rows: i64,
+    pub bytes: i64,
+}
+
+/// What a claim took.
+#[derive(Debug, Default)]
+pub struct Claim {
+    pub rows: Vec<ClaimedRow>,
+    /// The byte budget ended the batch with another row ready: claim again at once.
+    pub budget_reached: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimedWithBudget {
+    #[sqlx(flatten)]
+    row: ClaimedRow,
+    budget_reached: bool,
+}
+
+impl Claim {
+    fn from_rows(rows: Vec<ClaimedWithBudget>) -> Self {
+        let budget_reached = rows.first().is_some_and(|r| r.budget_reached);
+        Self {
+            rows: rows.into_iter().map(|r| r.row).collect(),
+            budget_reached,
+        }
+    }
+}
+
+/// The claim statement around `set`: the rows of [`within_budget`] that fit, updated by TID,
+/// returning [`RETURNING`] and whether the budget ended the batch.
+fn claim_sql(set: &str, budget: &str) -> String {
+    format!(
+        "WITH sized AS MATERIALIZED ({})
+         UPDATE outbox o
+            SET {set}
+          WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM sized WHERE over_budget = 0))
+          {RETURNING},
+          EXISTS (SELECT FROM sized WHERE over_budget > 0) AS budget_reached",
+        within_budget(budget)
+    )
+}
+
+/// The lease claim: `$1` row limit, `$2` lease in microseconds, `$3` claim token, `$4` byte
+/// budget.
+pub fn claim_lease_sql() -> String {
+    claim_sql(
+        "locked_until = now() + $2 * interval '1 microsecond',
+                attempt_count = o.attempt_count + 1,
+                claim_token = $3",
+        "$4",
+    )
+}
+
+/// The in-transaction claim: `$1` row limit, `$2` byte budget.
+pub fn claim_tx_sql() -> String {
+    claim_sql(
+        "published_at = now(),
                 locked_until = NULL,
                 attempt_count = o.attempt_count + 1,
-                last_error = NULL
-          WHERE o.ctid = ANY(ARRAY({READY}))
-          {RETURNING}"
+                last_error = NULL",
+        "$2",
     )
 }
 
@@ -71,32 +161,36 @@ fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// Lease mode: claims up to `limit` ready rows for `lease`, stamping `token` and counting the
+/// Lease mode: claims ready rows within `limit` for `lease`, stamping `token` and counting the
 /// attempt. Commits on its own (autocommit), so no transaction stays open across the publish.
 pub async fn claim_lease(
     conn: &mut PgConnection,
-    limit: i64,
+    limit: BatchLimit,
     lease: Duration,
     token: Uuid,
-) -> sqlx::Result<Vec<ClaimedRow>> {
+) -> sqlx::Result<Claim> {
     sqlx::query_as(&claim_lease_sql())
-        .bind(limit)
+        .bind(limit.rows)
         .bind(micros(lease))
         .bind(token)
+        .bind(limit.bytes)
         .persistent(true)
         .fetch_all(conn)
         .await
+        .map(Claim::from_rows)
 }
 
-/// Transaction mode: claims up to `limit` ready rows and marks them published in the caller's
+/// Transaction mode: claims ready rows within `limit` and marks them published in the caller's
 /// open transaction. The caller publishes, reverts failures with [`revert_tx`], then commits; if
 /// it dies instead, the transaction rolls back and the rows are claimable again.
-pub async fn claim_tx(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<ClaimedRow>> {
+pub async fn claim_tx(conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {
     sqlx::query_as(&claim_tx_sql())
-        .bind(limit)
+        .bind(limit.rows)
+        .bind(limit.bytes)
         .persistent(true)
         .fetch_all(conn)
         .await
+        .map(Claim::from_rows)
 }
 
 /// Lease mode: marks `ids` published if `token` still owns them. Returns the ids it marked.

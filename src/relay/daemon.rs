@@ -94,8 +94,9 @@ pub async fn once(
             break;
         }
         // A short batch means nothing more is ready, unless some rows were given back unpublished
-        // (a slow sink ran out of lease time): those are ready again at once.
-        if r.claimed < u64::from(limit) && r.released == 0 {
+        // (a slow sink ran out of lease time): those are ready again at once; or the byte budget
+        // ended it.
+        if r.claimed < u64::from(limit) && r.released == 0 && !r.budget_reached {
             break;
         }
     }
@@ -271,7 +272,9 @@ pub async fn daemon(
                     None => {}
                 }
                 (
-                    r.claimed >= u64::from(relay.cfg.batch_size) || r.released > 0,
+                    r.claimed >= u64::from(relay.cfg.batch_size)
+                        || r.released > 0
+                        || r.budget_reached,
                     r.claimed == 0,
                 )
             }

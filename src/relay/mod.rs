@@ -20,6 +20,9 @@ use serde::Serialize;
 pub use events::RelayEvent;
 pub use step::{Relay, RelayConfig, StepError};
 
+/// `--batch-bytes` by default: 16 MiB.
+pub const DEFAULT_BATCH_BYTES: u64 = 16 << 20;
+
 /// How claims are settled (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -79,6 +82,10 @@ pub struct Report {
     /// emit: the step itself never logs. Not summed by [`Report::add`].
     #[serde(skip)]
     pub events: Vec<RelayEvent>,
+    /// A step's claim was ended by `--batch-bytes` with more rows ready: a short batch that does
+    /// not mean the backlog is drained. Not part of the summary.
+    #[serde(skip)]
+    pub budget_reached: bool,
 }
 
 impl Report {
@@ -95,6 +102,7 @@ impl Report {
         if o.sink_down.is_some() {
             self.sink_down.clone_from(&o.sink_down);
         }
+        self.budget_reached = o.budget_reached;
     }
 }
 

@@ -34,6 +34,8 @@ impl Failpoint {
 pub struct RelayConfig {
     pub mode: Mode,
     pub batch_size: u32,
+    /// Byte budget of a claimed batch (`--batch-bytes`); the first row is claimed whatever its size.
+    pub batch_bytes: u64,
     pub concurrency: u32,
     pub lease: Duration,
     pub publish_timeout: Duration,
@@ -88,14 +90,16 @@ impl Relay {
         let token = Uuid::new_v4();
         // Taken before the claim is sent: the lease (from the server's now()) ends later.
         let claimed_at = tokio::time::Instant::now();
-        let rows = {
+        let claim = {
             let mut conn = self.pool.acquire().await?;
-            sql::claim_lease(&mut conn, limit, self.cfg.lease, token)
+            sql::claim_lease(&mut conn, self.limit(limit), self.cfg.lease, token)
                 .await
                 .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))?
         };
+        let rows = claim.rows;
         let mut report = Report {
             claimed: rows.len() as u64,
+            budget_reached: claim.budget_reached,
             ..Report::default()
         };
         if rows.is_empty() {
@@ -214,9 +218,11 @@ impl Relay {
         ctl: &PublishCtl,
     ) -> Result<Report, StepError> {
         let mut tx = conn.begin().await?;
-        let rows = sql::claim_tx(&mut tx, limit).await?;
+        let claim = sql::claim_tx(&mut tx, self.limit(limit)).await?;
+        let rows = claim.rows;
         let mut report = Report {
             claimed: rows.len() as u64,
+            budget_reached: claim.budget_reached,
             ..Report::default()
         };
         if rows.is_empty() {
@@ -325,6 +331,13 @@ impl Relay {
             });
         }
         s
+    }
+
+    fn limit(&self, rows: i64) -> sql::BatchLimit {
+        sql::BatchLimit {
+            rows,
+            bytes: i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX),
+        }
     }
 
     async fn failpoint_after_publish(&self) {

@@ -15,6 +15,7 @@ mod http_server;
 mod http_sink;
 mod local_sinks;
 mod logs;
+mod memory;
 mod migrate;
 mod nats_sink;
 mod outage;

@@ -854,3 +854,181 @@ async fn every_bad_flag_is_named_exits_2_and_changes_nothing() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(table_state(&db).await, before);
 }
+
+#[tokio::test]
+async fn a_directory_as_file_exits_2_saying_so_and_inserts_nothing() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = db.cmd();
+    cmd.args(["publish", "--file"]).arg(dir.path());
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("--file {}", dir.path().display())) && err.contains("is a directory"),
+        "{err}"
+    );
+    let n: i64 = db.scalar("SELECT count(*) FROM outbox").await;
+    assert_eq!(n, 0);
+}
+
+/// A line whose idempotency key is too long for the unique index (PostgreSQL's btree limit is
+/// 2704 bytes; random hex does not compress below it).
+fn line_with_a_huge_key(n: usize) -> String {
+    let key: String = (0..200)
+        .map(|_| uuid::Uuid::new_v4().simple().to_string())
+        .collect();
+    let mut v = event(&format!("k{n}"));
+    v["idempotency_key"] = json!(key);
+    one_line(v)
+}
+
+#[tokio::test]
+async fn a_value_over_a_postgresql_size_limit_exits_2_naming_its_lines_and_inserts_nothing() {
+    let db = TestDb::new().await;
+    db.seed_ready(2).await;
+    let before = table_state(&db).await;
+    // Bulk: lines of ~70 bytes in batches of 5000: the batch of the bad line 4 is lines 1-5.
+    let mut input = String::new();
+    for n in 1..=5 {
+        input.push_str(&if n == 4 {
+            line_with_a_huge_key(n)
+        } else {
+            one_line(event(&format!("k{n}")))
+        });
+    }
+    let out = run_stdin(&db, &["-f", "-"], input.into_bytes());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("PostgreSQL rejected lines 1-5 as too large: index row size")
+            && err.contains("nothing was inserted"),
+        "{err}"
+    );
+    assert_eq!(table_state(&db).await, before);
+    // One event from flags.
+    let key: String = (0..200)
+        .map(|_| uuid::Uuid::new_v4().simple().to_string())
+        .collect();
+    let mut cmd = db.cmd();
+    cmd.args(["publish", "--event-type", "a", "--aggregate-type", "b"])
+        .args([
+            "--aggregate-id",
+            "c",
+            "--payload",
+            "{}",
+            "--idempotency-key",
+            &key,
+        ]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("PostgreSQL rejected the event as too large: index row size"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(table_state(&db).await, before);
+}
+
+#[tokio::test]
+async fn batch_bytes_cuts_batches_by_size_and_a_longer_line_goes_alone() {
+    let db = TestDb::new().await;
+    // Line n: ~2000 bytes; line 5 ~8000 (longer than a batch); the bad line's key takes it to
+    // ~3000. With 5500 bytes a batch: lines 1-2, 3-4, 5 alone, 6-7.
+    let input = |bad: usize| {
+        let mut s = String::new();
+        for n in 1..=7 {
+            let mut v = event(&format!("k{n}"));
+            let pad = match n {
+                5 => 8000,
+                _ if n == bad => 0,
+                _ => 1900,
+            };
+            v["payload"] = json!({"pad": "p".repeat(pad)});
+            if n == bad {
+                let key: String = (0..90)
+                    .map(|_| uuid::Uuid::new_v4().simple().to_string())
+                    .collect();
+                v["idempotency_key"] = json!(key);
+            }
+            s.push_str(&one_line(v));
+        }
+        s.into_bytes()
+    };
+    for (bad, batch) in [
+        (2, "lines 1-2"),
+        (4, "lines 3-4"),
+        (5, "line 5"),
+        (7, "lines 6-7"),
+    ] {
+        let out = run_stdin(&db, &["--batch-bytes", "5500", "-f", "-"], input(bad));
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("PostgreSQL rejected {batch} as too large:")),
+            "bad line {bad}: {}",
+            stderr(&out)
+        );
+        let n: i64 = db.scalar("SELECT count(*) FROM outbox").await;
+        assert_eq!(n, 0, "all or nothing");
+    }
+    // The default budget: one batch.
+    let out = run_stdin(&db, &["-f", "-"], input(4));
+    assert!(
+        stderr(&out).contains("PostgreSQL rejected lines 1-7 as too large:"),
+        "{}",
+        stderr(&out)
+    );
+    // Without a bad line: every line in, and the --json report lists them all, in order.
+    let out = run_stdin(
+        &db,
+        &["--batch-bytes", "5500", "-f", "-", "--json"],
+        input(0),
+    );
+    let report = json_out(&out);
+    assert_eq!(report["inserted"], 7);
+    let lines: Vec<u64> = report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, (1..=7).collect::<Vec<_>>());
+    let n: i64 = db.scalar("SELECT count(*) FROM outbox").await;
+    assert_eq!(n, 7);
+}
+
+#[tokio::test]
+async fn a_payload_too_large_for_jsonb_exits_2_naming_its_line_and_inserts_nothing() {
+    // The issue's case: a 300 MB payload. jsonb holds strings up to 256 MiB - 1 byte.
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.jsonl");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        f.write_all(one_line(event("small")).as_bytes()).unwrap();
+        f.write_all(
+            br#"{"event_type":"a","aggregate_type":"b","aggregate_id":"1","payload":{"s":""#,
+        )
+        .unwrap();
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..300 {
+            f.write_all(&chunk).unwrap();
+        }
+        f.write_all(b"\"}}\n").unwrap();
+        f.write_all(one_line(event("after")).as_bytes()).unwrap();
+    }
+    let mut cmd = db.cmd();
+    cmd.args(["publish", "--file"]).arg(&path);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("PostgreSQL rejected line 2 as too large: string too long to represent as jsonb string; nothing was inserted"),
+        "{err}"
+    );
+    let n: i64 = db.scalar("SELECT count(*) FROM outbox").await;
+    assert_eq!(n, 0);
+}

@@ -26,6 +26,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
         cfg: RelayConfig {
             mode,
             batch_size: 100,
+            batch_bytes: outboxctl::relay::DEFAULT_BATCH_BYTES,
             concurrency: 8,
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(5),
@@ -37,6 +38,14 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
             shutdown_grace: Duration::from_secs(1),
             failpoint: None,
         },
+    }
+}
+
+/// A claim of at most `n` rows within the default byte budget.
+fn rows(n: i64) -> sql::BatchLimit {
+    sql::BatchLimit {
+        rows: n,
+        bytes: outboxctl::relay::DEFAULT_BATCH_BYTES as i64,
     }
 }
 
@@ -70,9 +79,10 @@ async fn claim_respects_the_batch_and_concurrent_claims_are_disjoint() {
     }
     // Lease claims from three connections at once.
     let claims = futures::future::join_all(conns.iter_mut().map(|c| async move {
-        sql::claim_lease(c, 150, Duration::from_secs(30), Uuid::new_v4())
+        sql::claim_lease(c, rows(150), Duration::from_secs(30), Uuid::new_v4())
             .await
             .unwrap()
+            .rows
     }))
     .await;
     let mut seen = HashSet::new();
@@ -100,8 +110,8 @@ async fn claim_respects_the_batch_and_concurrent_claims_are_disjoint() {
     let mut b = conns.pop().unwrap();
     let mut ta = a.begin().await.unwrap();
     let mut tb = b.begin().await.unwrap();
-    let ra = sql::claim_tx(&mut ta, 300).await.unwrap();
-    let rb = sql::claim_tx(&mut tb, 300).await.unwrap();
+    let ra = sql::claim_tx(&mut ta, rows(300)).await.unwrap().rows;
+    let rb = sql::claim_tx(&mut tb, rows(300)).await.unwrap().rows;
     assert_eq!(ra.len(), 300);
     assert_eq!(rb.len(), 250, "only 250 unleased rows were left");
     for r in ra.iter().chain(&rb) {
@@ -310,16 +320,18 @@ async fn a_stale_relay_cannot_overwrite_the_newer_outcome() {
     db.seed_ready(2).await;
     let mut c = db.pool.acquire().await.unwrap();
     let (stale, fresh) = (Uuid::new_v4(), Uuid::new_v4());
-    let first = sql::claim_lease(&mut c, 10, Duration::from_secs(30), stale)
+    let first = sql::claim_lease(&mut c, rows(10), Duration::from_secs(30), stale)
         .await
-        .unwrap();
+        .unwrap()
+        .rows;
     assert_eq!(first.len(), 2);
     // The stale relay stalls past its lease; another relay claims the rows again.
     db.exec("UPDATE outbox SET locked_until = now() - interval '1 second'")
         .await;
-    let second = sql::claim_lease(&mut c, 10, Duration::from_secs(30), fresh)
+    let second = sql::claim_lease(&mut c, rows(10), Duration::from_secs(30), fresh)
         .await
-        .unwrap();
+        .unwrap()
+        .rows;
     assert_eq!(second.len(), 2);
     // The new owner publishes row 1 and fails row 2 (retry).
     assert_eq!(
@@ -835,11 +847,11 @@ async fn claims_generic_plans_never_scan_the_table() {
         .await
         .unwrap();
     for (name, sql, args) in [
-        ("claim_tx", sql::claim_tx_sql(), "(100)"),
+        ("claim_tx", sql::claim_tx_sql(), "(100, 16777216)"),
         (
             "claim_lease",
             sql::claim_lease_sql(),
-            "(100, 30000000, gen_random_uuid())",
+            "(100, 30000000, gen_random_uuid(), 16777216)",
         ),
     ] {
         sqlx::raw_sql(&format!("PREPARE {name} AS {sql}"))
