@@ -265,7 +265,8 @@ pub struct PublishArgs {
 /// Exit codes with --once: 0 done, whatever the events' outcomes: also when events were retried
 /// or dead-lettered (a dead letter is handled, parked for `outboxctl dead`; alert on the
 /// summary's `dead_lettered` or on `stats`), and when stdout was closed by its reader; 3 the
-/// database was unreachable; 5 the sink failed every publish attempt of the run, or was
+/// database was unreachable at start, or kept failing for --connect-timeout mid-run (a lost
+/// connection or a server restart is reconnected); 5 the sink failed every publish attempt of the run, or was
 /// unavailable (the rows were given back untouched), or (also as a daemon) a local consumer read
 /// slower than the lease allows.
 ///
