@@ -500,12 +500,9 @@ pub struct FilterArgs {
     pub error_regex: Option<String>,
 }
 
-/// A point in time given on the command line: absolute, or a duration before the database's now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeArg {
-    At(chrono::DateTime<chrono::Utc>),
-    Ago(Duration),
-}
+/// `--since`/`--until` values; defined beside the filter they feed, so the SQL layer never needs
+/// a CLI type.
+pub use crate::select::TimeArg;
 
 /// Dead letters: list, show, discard and export events the relay gave up on.
 ///

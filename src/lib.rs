@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod config;
 pub mod confirm;
 pub mod db;
+pub mod event;
 pub mod exit;
 pub mod logging;
 pub mod output;

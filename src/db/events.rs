@@ -11,8 +11,8 @@ use sqlx::{PgConnection, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::audit::{deleted_row_json, Audit};
-use crate::cli::TimeArg;
 use crate::select::EventFilter;
+use crate::select::TimeArg;
 
 /// An event's state, as the relay defines it. Computed in SQL by [`STATE_SQL`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

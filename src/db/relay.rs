@@ -6,24 +6,11 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-/// A claimed row, as the sinks see it. `payload` and `headers` are the stored JSON text.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ClaimedRow {
-    pub id: i64,
-    pub tenant_id: Uuid,
-    pub aggregate_type: String,
-    pub aggregate_id: String,
-    pub event_type: String,
-    pub payload: String,
-    pub headers: String,
-    pub idempotency_key: String,
-    pub created_at: DateTime<Utc>,
-    pub attempt_count: i32,
-}
+/// A claimed row is an [`Event`]: the claims' `RETURNING` lists exactly its fields.
+pub use crate::event::Event as ClaimedRow;
 
 /// Columns returned by both claims.
 const RETURNING: &str =

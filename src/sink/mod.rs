@@ -22,11 +22,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::db::relay::ClaimedRow;
 use crate::exit::CodedError;
 
-/// An event as published. Built from a claimed row.
-pub type Event = ClaimedRow;
+/// An event as published (see [`crate::event`]).
+pub use crate::event::Event;
 
 /// Why a publish failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
