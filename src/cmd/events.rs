@@ -657,71 +657,122 @@ async fn select_for_batches(
     Ok(Ok(ids))
 }
 
-async fn cancel_by_filter(args: CancelArgs, target: ByFilter) -> anyhow::Result<u8> {
-    let cfg = DbConfig::from_args(&args.db)?;
-    let json = args.output.json;
+/// What a by-filter run selected, ready to act on in batches.
+struct Selected {
+    conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    ids: Vec<i64>,
+    audit: Audit,
+}
+
+/// The flags of a by-filter run that decide what is selected and whether to go on.
+struct BatchOpts {
+    limit: Option<u64>,
+    dry_run: bool,
+    yes: bool,
+    json: bool,
+}
+
+/// Connects, checks the schema, and selects (and confirms) the rows a by-filter run acts on;
+/// `Err(code)` when the run ends there (dry run, nothing matched, declined).
+async fn select_by_filter(
+    db_args: &crate::cli::DatabaseArgs,
+    audit: &crate::cli::AuditArgs,
+    target: &ByFilter,
+    o: BatchOpts,
+    verb: BatchVerb,
+) -> anyhow::Result<Result<Selected, u8>> {
+    let cfg = DbConfig::from_args(db_args)?;
     let audit = Audit {
-        actor: config::actor(&args.audit)?,
+        actor: config::actor(audit)?,
         reason: None,
     };
     let pool = db::pool_migrated(&cfg, 1).await?;
     db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
-    let ids = match select_for_batches(
-        &mut conn,
-        &target,
-        args.limit,
-        args.dry_run,
-        args.confirm.yes,
-        json,
-        BatchVerb::Cancel,
+    Ok(
+        select_for_batches(&mut conn, target, o.limit, o.dry_run, o.yes, o.json, verb)
+            .await?
+            .map(|ids| Selected { conn, ids, audit }),
     )
-    .await?
-    {
-        Ok(ids) => ids,
-        Err(code) => return Ok(code),
-    };
+}
+
+/// Acts on `sel.ids` in id order, `batch_size` per statement (`act` returns the ids its
+/// statement changed: the rest had moved on and are skipped), with a progress bar on a terminal.
+/// Returns the report without its verb's count.
+async fn run_batches<'a>(
+    sel: &mut Selected,
+    batch_size: u32,
+    json: bool,
+    label: &'static str,
+    mut act: impl AsyncFnMut(&mut sqlx::PgConnection, &[i64], &Audit) -> anyhow::Result<Vec<i64>>,
+) -> anyhow::Result<FilterReport<'a>> {
     let started = std::time::Instant::now();
-    let mut sorted = ids.clone();
+    let mut sorted = sel.ids.clone();
     sorted.sort_unstable();
-    let pb = output::progress(Some(sorted.len() as u64), json, "cancelling");
+    let pb = output::progress(Some(sorted.len() as u64), json, label);
     let (mut done, mut batches) = (Vec::with_capacity(sorted.len()), 0u64);
-    for chunk in sorted.chunks(args.batch_size as usize) {
-        let deleted = db::events::delete_unpublished(
-            &mut conn,
-            chunk,
-            args.force,
-            Some(&target.states),
-            &audit,
-        )
-        .await?;
+    for chunk in sorted.chunks(batch_size as usize) {
+        let changed = act(&mut sel.conn, chunk, &sel.audit).await?;
         batches += 1;
-        tracing::info!(batch = batches, rows = deleted.len(), "cancelling");
-        done.extend(deleted);
+        tracing::info!(batch = batches, rows = changed.len(), "{label}");
+        done.extend(changed);
         pb.inc(chunk.len() as u64);
     }
     pb.finish_and_clear();
     done.sort_unstable();
-    let n = ids.len() as u64;
-    let report = FilterReport {
+    let n = sel.ids.len() as u64;
+    Ok(FilterReport {
         dry_run: false,
         matched: n,
-        cancelled: Some(done.len() as u64),
+        cancelled: None,
         rescheduled: None,
         skipped: n - done.len() as u64,
         batches,
         elapsed_ms: started.elapsed().as_millis() as u64,
         ids: Some(done),
         events: None,
+    })
+}
+
+async fn cancel_by_filter(args: CancelArgs, target: ByFilter) -> anyhow::Result<u8> {
+    let json = args.output.json;
+    let mut sel = match select_by_filter(
+        &args.db,
+        &args.audit,
+        &target,
+        BatchOpts {
+            limit: args.limit,
+            dry_run: args.dry_run,
+            yes: args.confirm.yes,
+            json,
+        },
+        BatchVerb::Cancel,
+    )
+    .await?
+    {
+        Ok(sel) => sel,
+        Err(code) => return Ok(code),
     };
+    let states = &target.states;
+    let mut report = run_batches(
+        &mut sel,
+        args.batch_size,
+        json,
+        "cancelling",
+        async |conn, chunk, audit| {
+            Ok(
+                db::events::delete_unpublished(conn, chunk, args.force, Some(states), audit)
+                    .await?,
+            )
+        },
+    )
+    .await?;
+    let done = report.ids.as_ref().map_or(0, |d| d.len() as u64);
+    report.cancelled = Some(done);
     if json {
         output::print_json(&report)?;
     } else {
-        output::print_summary(filter_summary(
-            "cancelled",
-            &report,
-            report.cancelled.unwrap_or(0),
-        ))?;
+        output::print_summary(filter_summary("cancelled", &report, done))?;
     }
     Ok(OK)
 }
@@ -731,71 +782,48 @@ async fn reschedule_by_filter(
     target: ByFilter,
     delay_micros: i64,
 ) -> anyhow::Result<u8> {
-    let cfg = DbConfig::from_args(&args.db)?;
     let json = args.output.json;
-    let audit = Audit {
-        actor: config::actor(&args.audit)?,
-        reason: None,
-    };
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
-    let mut conn = pool.acquire().await?;
-    let ids = match select_for_batches(
-        &mut conn,
+    let mut sel = match select_by_filter(
+        &args.db,
+        &args.audit,
         &target,
-        args.limit,
-        args.dry_run,
-        args.confirm.yes,
-        json,
+        BatchOpts {
+            limit: args.limit,
+            dry_run: args.dry_run,
+            yes: args.confirm.yes,
+            json,
+        },
         BatchVerb::Reschedule,
     )
     .await?
     {
-        Ok(ids) => ids,
+        Ok(sel) => sel,
         Err(code) => return Ok(code),
     };
-    let started = std::time::Instant::now();
-    let mut sorted = ids.clone();
-    sorted.sort_unstable();
-    let pb = output::progress(Some(sorted.len() as u64), json, "rescheduling");
-    let (mut done, mut batches) = (Vec::with_capacity(sorted.len()), 0u64);
+    let states = &target.states;
     let mut due = None;
-    for chunk in sorted.chunks(args.batch_size as usize) {
-        let moved = db::events::reschedule(
-            &mut conn,
-            chunk,
-            args.at,
-            delay_micros,
-            Some(&target.states),
-            &audit,
-        )
-        .await?;
-        batches += 1;
-        tracing::info!(batch = batches, rows = moved.len(), "rescheduling");
-        if due.is_none() {
-            due = moved.first().map(|m| m.1);
-        }
-        done.extend(moved.into_iter().map(|m| m.0));
-        pb.inc(chunk.len() as u64);
-    }
-    pb.finish_and_clear();
-    done.sort_unstable();
-    let n = ids.len() as u64;
-    let report = FilterReport {
-        dry_run: false,
-        matched: n,
-        cancelled: None,
-        rescheduled: Some(done.len() as u64),
-        skipped: n - done.len() as u64,
-        batches,
-        elapsed_ms: started.elapsed().as_millis() as u64,
-        ids: Some(done),
-        events: None,
-    };
+    let mut report = run_batches(
+        &mut sel,
+        args.batch_size,
+        json,
+        "rescheduling",
+        async |conn, chunk, audit| {
+            let moved =
+                db::events::reschedule(conn, chunk, args.at, delay_micros, Some(states), audit)
+                    .await?;
+            if due.is_none() {
+                due = moved.first().map(|m| m.1);
+            }
+            Ok(moved.into_iter().map(|m| m.0).collect())
+        },
+    )
+    .await?;
+    let done = report.ids.as_ref().map_or(0, |d| d.len() as u64);
+    report.rescheduled = Some(done);
     if json {
         output::print_json(&report)?;
     } else {
-        let mut line = filter_summary("rescheduled", &report, report.rescheduled.unwrap_or(0));
+        let mut line = filter_summary("rescheduled", &report, done);
         if let Some(due) = due {
             line.push_str(&format!(" (due {})", view::time(Some(due))));
         }
