@@ -112,6 +112,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --http-header 'Extra HTTP header for the http sink (repeatable). Placeholders: {id}, {idempotency_key}, {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}. E.g. --http-header ''Upstash-Deduplication-Id: {idempotency_key}''. In the environment variable, one header per line'
             cand --signing-secret-env 'Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable: `whsec_...`, or two separated by a space during rotation. The secret itself never goes on the command line'
             cand --async-commit 'Let the relay''s own session commit asynchronously (synchronous_commit=off). A mark lost in a server crash only causes a re-publish with the same dedup id'
+            cand --metrics-addr 'Daemon: serve Prometheus metrics (GET /metrics) and probes (GET /livez: the loop makes progress; GET /readyz: the database answers and the sink is not in an outage) on this address, e.g. 0.0.0.0:9464. Off by default. Not with --once (a run that exits is not scraped: use `stats` for cron). A port in use fails the start (exit 1)'
             cand --log-format 'Log line format'
             cand --once 'Drain what is ready now, print a summary, exit'
             cand --json 'Print JSON on stdout instead of a table'

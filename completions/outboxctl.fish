@@ -104,6 +104,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l http-heade
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l signing-secret-env -d 'Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable: `whsec_...`, or two separated by a space during rotation. The secret itself never goes on the command line' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l async-commit -d 'Let the relay\'s own session commit asynchronously (synchronous_commit=off). A mark lost in a server crash only causes a re-publish with the same dedup id' -r -f -a "true\t''
 false\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l metrics-addr -d 'Daemon: serve Prometheus metrics (GET /metrics) and probes (GET /livez: the loop makes progress; GET /readyz: the database answers and the sink is not in an outage) on this address, e.g. 0.0.0.0:9464. Off by default. Not with --once (a run that exits is not scraped: use `stats` for cron). A port in use fails the start (exit 1)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l once -d 'Drain what is ready now, print a summary, exit'

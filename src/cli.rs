@@ -382,6 +382,13 @@ pub struct RelayArgs {
     #[arg(long, env = "OUTBOXCTL_ASYNC_COMMIT", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub async_commit: bool,
 
+    /// Daemon: serve Prometheus metrics (GET /metrics) and probes (GET /livez: the loop makes
+    /// progress; GET /readyz: the database answers and the sink is not in an outage) on this
+    /// address, e.g. 0.0.0.0:9464. Off by default. Not with --once (a run that exits is not
+    /// scraped: use `stats` for cron). A port in use fails the start (exit 1).
+    #[arg(long, env = "OUTBOXCTL_METRICS_ADDR", value_name = "HOST:PORT", value_parser = parse_listen_addr, conflicts_with = "once")]
+    pub metrics_addr: Option<String>,
+
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -1411,6 +1418,25 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}` is longer than 10 years"));
     }
     Ok(d)
+}
+
+/// A listen address, HOST:PORT (an IP, `[v6]`, or a name resolved when binding). No I/O here.
+pub fn parse_listen_addr(s: &str) -> Result<String, String> {
+    let bad =
+        || format!("`{s}` is not HOST:PORT; use e.g. 0.0.0.0:9464, 127.0.0.1:9464 or [::]:9464");
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_')
+    };
+    if !host_ok || port.parse::<u16>().is_err() {
+        return Err(bad());
+    }
+    Ok(s.to_owned())
 }
 
 /// A humantime duration that must not be zero.

@@ -394,6 +394,7 @@ async fn start_daemon(
         poll_interval: Duration::from_secs(5),
         channel: cfg.schema.channel(),
         heartbeat: crate::relay::daemon::HEARTBEAT,
+        health: std::sync::Arc::new(crate::relay::metrics::Health::new(Duration::from_secs(60))),
     };
     let token = CancellationToken::new();
     let t = token.clone();

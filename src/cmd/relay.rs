@@ -1,5 +1,6 @@
 //! `outboxctl relay`: resolve flags into a [`Relay`], handle signals, run `--once` or the daemon.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -110,6 +111,48 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
         None => crate::relay::daemon::HEARTBEAT,
     };
     let shutdown = CancellationToken::new();
+    // Bound before the relay starts, so a port in use fails the start, not a later scrape.
+    let listener = match &args.metrics_addr {
+        Some(addr) => Some(crate::relay::endpoints::bind(addr).await.map_err(|e| {
+            if e.is_usage() {
+                CodedError::usage(e.to_string())
+            } else {
+                CodedError {
+                    code: exit::FAILURE,
+                    message: e.to_string(),
+                }
+            }
+        })?),
+        None => None,
+    };
+    let health = Arc::new(crate::relay::metrics::Health::new(
+        crate::relay::metrics::Health::margin_for(cfg.connect_timeout, args.poll_interval),
+    ));
+    let server_stop = CancellationToken::new();
+    let server = match listener {
+        Some(listener) => {
+            let prometheus = crate::relay::metrics::install(
+                crate::relay::metrics::sink_label(&args.sink),
+                relay.cfg.mode,
+            )
+            .map_err(|e| anyhow::anyhow!("cannot set up the metrics recorder: {e}"))?;
+            if let Ok(a) = listener.local_addr() {
+                tracing::info!(addr = %a, "serving /metrics, /livez and /readyz");
+            }
+            let state = crate::relay::endpoints::State::new(
+                prometheus,
+                Arc::clone(&health),
+                relay.pool.clone(),
+                shutdown.clone(),
+            );
+            Some(crate::relay::endpoints::spawn(
+                listener,
+                state,
+                server_stop.clone(),
+            ))
+        }
+        None => None,
+    };
     spawn_signal_handler(shutdown.clone());
     let started = Instant::now();
     tracing::info!(sink = %relay.sink.describe(), mode = %relay.cfg.mode, schema = cfg.schema.name(), once = args.once, "relay starting");
@@ -136,9 +179,14 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
             poll_interval: args.poll_interval,
             channel: cfg.schema.channel(),
             heartbeat,
+            health,
         };
         crate::relay::daemon::daemon(&relay, &settings, &shutdown).await
     };
+    server_stop.cancel();
+    if let Some(server) = server {
+        let _ = server.await;
+    }
     relay.pool.close().await;
     let summary = Summary {
         sink: relay.sink.describe(),

@@ -7,6 +7,7 @@
 pub mod audit;
 pub mod dead;
 pub mod events;
+pub mod metrics;
 pub mod migrate;
 pub mod prune;
 pub mod publish;

@@ -3,12 +3,14 @@
 //! poll tick, whichever comes first. Both finish a lease-mode settle that a broken connection
 //! interrupted ([`step_settled`]) and emit what the step reports ([`RelayEvent`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
-use super::events::{Heartbeat, RelayEvent};
+use super::events::{Heartbeat, RelayEvent, StepDone};
+use super::metrics::Health;
 use super::step::PendingSettle;
 use super::{Backoff, Relay, Report, StepError};
 use crate::sink::SinkError;
@@ -63,6 +65,7 @@ pub async fn once(
         let limit = remaining.map_or(relay.cfg.batch_size, |r| {
             r.min(u64::from(relay.cfg.batch_size)) as u32
         });
+        let step_started = Instant::now();
         let r = match step_settled(relay, limit, shutdown).await {
             Ok(r) => r,
             Err(e) if e.is_transient() => {
@@ -87,6 +90,7 @@ pub async fn once(
         failing = None;
         error_backoff.reset();
         emit_all(&r);
+        step_done(&r, step_started);
         total.add(&r);
         if r.sink_down.is_some() {
             // The sink could not take the batch (outage, closed or stalled consumer): the rows
@@ -183,6 +187,13 @@ fn emit_all(r: &Report) {
     }
 }
 
+/// The step's counts and timings (when it claimed something).
+fn step_done(r: &Report, started: Instant) {
+    if r.claimed > 0 {
+        RelayEvent::StepDone(StepDone::new(r, started.elapsed())).emit();
+    }
+}
+
 fn step_failed(e: &StepError, retry_in: Duration) {
     if let StepError::RolledBack { published, source } = e {
         RelayEvent::TxRolledBack {
@@ -206,6 +217,8 @@ pub struct DaemonSettings {
     pub channel: String,
     /// How often the INFO heartbeat is logged, also when idle.
     pub heartbeat: Duration,
+    /// What `/livez` and `/readyz` read (see [`Health`]); the loop updates it either way.
+    pub health: Arc<Health>,
 }
 
 /// The heartbeat's default interval.
@@ -223,10 +236,15 @@ pub async fn daemon(
     let mut last_beat = tokio::time::Instant::now();
     let mut since_beat = Report::default();
     let mut circuit: Option<Circuit> = None;
+    let health = &settings.health;
+    // A step ends by its lease (no publish outlives it; a broken settle is retried within it),
+    // plus the shutdown grace; Health's margin covers the statements around it.
+    let step_bound = relay.cfg.lease + relay.cfg.shutdown_grace;
     loop {
         if shutdown.is_cancelled() {
             break;
         }
+        health.expect_within(step_bound);
         if last_beat.elapsed() >= settings.heartbeat {
             heartbeat(relay, &since_beat, last_beat.elapsed()).await;
             last_beat = tokio::time::Instant::now();
@@ -240,10 +258,12 @@ pub async fn daemon(
         let limit = circuit
             .as_ref()
             .map_or(relay.cfg.batch_size, |c| c.probe_size(relay.cfg.batch_size));
+        let step_started = Instant::now();
         let (full, claimed_none) = match step_settled(relay, limit, shutdown).await {
             Ok(r) => {
                 error_backoff.reset();
                 emit_all(&r);
+                step_done(&r, step_started);
                 total.add(&r);
                 since_beat.add(&r);
                 match &r.sink_down {
@@ -257,6 +277,8 @@ pub async fn daemon(
                     }
                     Some(e) => {
                         let wait = Circuit::failed(&mut circuit, e, relay.cfg.backoff);
+                        health.set_circuit_open(true);
+                        health.expect_within(until(wait, next_beat));
                         tokio::select! {
                             _ = shutdown.cancelled() => {}
                             _ = tokio::time::sleep(wait) => {}
@@ -267,6 +289,7 @@ pub async fn daemon(
                     None if r.claimed > 0 => {
                         if let Some(c) = circuit.take() {
                             c.close();
+                            health.set_circuit_open(false);
                         }
                     }
                     None => {}
@@ -284,6 +307,7 @@ pub async fn daemon(
                 if e.db().as_database_error().is_none() {
                     listener = None; // the connection may be gone; LISTEN again when back
                 }
+                health.expect_within(until(wait, next_beat));
                 tokio::select! {
                     _ = shutdown.cancelled() => {}
                     _ = tokio::time::sleep(wait) => {}
@@ -304,6 +328,7 @@ pub async fn daemon(
             Err(_) => None,
         };
         let wait = wait_time(due, claimed_none, settings.poll_interval);
+        health.expect_within(until(wait, next_beat));
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(wait) => {}
@@ -320,6 +345,11 @@ pub async fn daemon(
         }
     }
     total
+}
+
+/// How long a wait of `wait` that also ends at `next_beat` lasts at most.
+fn until(wait: Duration, next_beat: tokio::time::Instant) -> Duration {
+    wait.min(next_beat.saturating_duration_since(tokio::time::Instant::now()))
 }
 
 /// The circuit around an unavailable sink. While it is open the daemon claims no batches: it
@@ -365,10 +395,10 @@ impl Circuit {
                 c
             }
             None => {
-                tracing::warn!(
-                    error = %e,
-                    "sink unavailable: pausing claims and probing until it is back (events are given back untouched, no attempt counted)"
-                );
+                RelayEvent::CircuitOpened {
+                    error: e.to_string(),
+                }
+                .emit();
                 circuit.insert(Circuit {
                     since: Instant::now(),
                     probes: 0,
@@ -390,11 +420,11 @@ impl Circuit {
     }
 
     fn close(self) {
-        tracing::info!(
-            after = %crate::output::human_duration(self.since.elapsed()),
-            probes = self.probes,
-            "sink available again; resuming"
-        );
+        RelayEvent::CircuitClosed {
+            after: self.since.elapsed(),
+            probes: self.probes,
+        }
+        .emit();
     }
 }
 

@@ -1,6 +1,6 @@
 //! The relay's notable occurrences as typed events (Vector's internal events): each variant's
-//! [`RelayEvent::emit`] writes its one log line, so no call site formats its own message, and a
-//! metric can later be bumped in the same place so logs and metrics never disagree.
+//! [`RelayEvent::emit`] writes its one log line and bumps its metrics ([`super::metrics`]), so no
+//! call site formats its own message and logs and metrics never disagree.
 //!
 //! The step never logs: it returns the events it produced in its [`Report`](super::Report)
 //! (`events`), and the loops in `daemon` emit them, along with their own (heartbeat, settle
@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::Mode;
+use super::metrics as m;
+use super::{Mode, Report};
 
 /// Something worth a log line.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +58,13 @@ pub enum RelayEvent {
     /// per [`FAILURE_WARN_EVERY`], with the first error text and how many failures the line
     /// stands for. Outages are the daemon's circuit's; dead letters have their own line.
     SinkFailed { failures: u64, error: String },
+    /// A step ended (the loops emit one per step that claimed something): its counts and timings
+    /// go to the counters and histograms; a DEBUG line.
+    StepDone(StepDone),
+    /// The sink went into an outage: the daemon pauses claims and probes.
+    CircuitOpened { error: String },
+    /// The outage is over.
+    CircuitClosed { after: Duration, probes: u32 },
     /// First SIGTERM/SIGINT.
     ShutdownRequested,
     /// Second SIGTERM/SIGINT: the process exits at once.
@@ -75,14 +83,94 @@ pub struct Heartbeat {
     pub lease_lost: u64,
 }
 
+/// What a step did, for [`RelayEvent::StepDone`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepDone {
+    pub claimed: u64,
+    pub published: u64,
+    pub retried: u64,
+    pub dead_lettered: u64,
+    pub released: u64,
+    pub lease_lost: u64,
+    pub unavailable: u64,
+    pub sink_failures: u64,
+    /// The sink's publish of the batch.
+    pub publish: Option<Duration>,
+    /// The whole step: claim, publish, settle.
+    pub elapsed: Duration,
+}
+
+impl StepDone {
+    pub fn new(r: &Report, elapsed: Duration) -> Self {
+        Self {
+            claimed: r.claimed,
+            published: r.published,
+            retried: r.retried,
+            dead_lettered: r.dead_lettered,
+            released: r.released,
+            lease_lost: r.lease_lost,
+            unavailable: r.unavailable,
+            sink_failures: r.sink_failures,
+            publish: r.publish_elapsed,
+            elapsed,
+        }
+    }
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl RelayEvent {
-    /// Writes the event's log line.
+    /// Writes the event's log line and bumps its metrics.
     pub fn emit(&self) {
         match self {
+            RelayEvent::StepDone(s) => {
+                tracing::debug!(
+                    claimed = s.claimed,
+                    published = s.published,
+                    retried = s.retried,
+                    dead_lettered = s.dead_lettered,
+                    released = s.released,
+                    lease_lost = s.lease_lost,
+                    elapsed_ms = ms(s.elapsed),
+                    "batch done"
+                );
+                for (name, n) in [
+                    (m::CLAIMED, s.claimed),
+                    (m::PUBLISHED, s.published),
+                    (m::RETRIED, s.retried),
+                    (m::DEAD_LETTERED, s.dead_lettered),
+                    (m::RELEASED, s.released),
+                    (m::LEASE_LOST, s.lease_lost),
+                    (m::UNAVAILABLE, s.unavailable),
+                    (m::SINK_FAILURES, s.sink_failures),
+                ] {
+                    if n > 0 {
+                        metrics::counter!(name).increment(n);
+                    }
+                }
+                if let Some(p) = s.publish {
+                    metrics::histogram!(m::PUBLISH_DURATION).record(p.as_secs_f64());
+                }
+                metrics::histogram!(m::BATCH_DURATION).record(s.elapsed.as_secs_f64());
+            }
+            RelayEvent::CircuitOpened { error } => {
+                tracing::warn!(
+                    error = error.as_str(),
+                    "sink unavailable: pausing claims and probing until it is back (events are given back untouched, no attempt counted)"
+                );
+                metrics::gauge!(m::CIRCUIT_OPEN).set(1.0);
+                metrics::counter!(m::CIRCUIT_OPENED).increment(1);
+            }
+            RelayEvent::CircuitClosed { after, probes } => {
+                tracing::info!(
+                    after = %crate::output::human_duration(*after),
+                    probes,
+                    "sink available again; resuming"
+                );
+                metrics::gauge!(m::CIRCUIT_OPEN).set(0.0);
+            }
             RelayEvent::DeadLettered {
                 id,
                 event_type,
@@ -124,22 +212,31 @@ impl RelayEvent {
                 events,
                 attempts,
                 error,
-            } => tracing::error!(
-                events,
-                attempts,
-                error = error.as_str(),
-                "could not mark a published batch before its lease ended; its events will be published again (same dedup id)"
-            ),
-            RelayEvent::TxRolledBack { events, error } => tracing::warn!(
-                events,
-                error = error.as_str(),
-                "the connection was lost after publishing a batch; the server rolled its marks back and its events will be published again (same dedup id)"
-            ),
-            RelayEvent::StepFailed { error, retry_in } => tracing::warn!(
-                error = error.as_str(),
-                retry_in_ms = ms(*retry_in),
-                "relay step failed; backing off"
-            ),
+            } => {
+                tracing::error!(
+                    events,
+                    attempts,
+                    error = error.as_str(),
+                    "could not mark a published batch before its lease ended; its events will be published again (same dedup id)"
+                );
+                metrics::counter!(m::SETTLES_ABANDONED).increment(1);
+            }
+            RelayEvent::TxRolledBack { events, error } => {
+                tracing::warn!(
+                    events,
+                    error = error.as_str(),
+                    "the connection was lost after publishing a batch; the server rolled its marks back and its events will be published again (same dedup id)"
+                );
+                metrics::counter!(m::TX_ROLLED_BACK).increment(1);
+            }
+            RelayEvent::StepFailed { error, retry_in } => {
+                tracing::warn!(
+                    error = error.as_str(),
+                    retry_in_ms = ms(*retry_in),
+                    "relay step failed; backing off"
+                );
+                metrics::counter!(m::STEP_FAILURES).increment(1);
+            }
             RelayEvent::GaveUp { error, after } => tracing::error!(
                 error = error.as_str(),
                 failing_for_ms = ms(*after),

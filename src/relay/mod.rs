@@ -9,7 +9,9 @@
 //!   for fast, local, synchronous sinks.
 
 pub mod daemon;
+pub mod endpoints;
 pub mod events;
+pub mod metrics;
 pub mod step;
 
 use std::time::Duration;
@@ -86,6 +88,10 @@ pub struct Report {
     /// not mean the backlog is drained. Not part of the summary.
     #[serde(skip)]
     pub budget_reached: bool,
+    /// How long the sink took to publish the step's batch (none when nothing was claimed), for
+    /// the publish-duration histogram. Summed by [`Report::add`]. Not part of the summary.
+    #[serde(skip)]
+    pub publish_elapsed: Option<std::time::Duration>,
 }
 
 impl Report {
@@ -103,6 +109,9 @@ impl Report {
             self.sink_down.clone_from(&o.sink_down);
         }
         self.budget_reached = o.budget_reached;
+        if let Some(p) = o.publish_elapsed {
+            self.publish_elapsed = Some(self.publish_elapsed.unwrap_or_default() + p);
+        }
     }
 }
 

@@ -105,7 +105,9 @@ impl Relay {
         if rows.is_empty() {
             return Ok(report);
         }
+        let publish_started = tokio::time::Instant::now();
         let outcomes = self.sink.publish(&rows, ctl).await;
+        report.publish_elapsed = Some(publish_started.elapsed());
         self.failpoint_after_publish().await;
         let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
         let pending = PendingSettle {
@@ -229,7 +231,9 @@ impl Relay {
             tx.commit().await?;
             return Ok(report);
         }
+        let publish_started = tokio::time::Instant::now();
         let outcomes = self.sink.publish(&rows, ctl).await;
+        report.publish_elapsed = Some(publish_started.elapsed());
         self.failpoint_after_publish().await;
         let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
         if sorted.published.is_empty() && sorted.failures.is_empty() {

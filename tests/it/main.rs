@@ -16,6 +16,7 @@ mod http_sink;
 mod local_sinks;
 mod logs;
 mod memory;
+mod metrics;
 mod migrate;
 mod nats_sink;
 mod outage;

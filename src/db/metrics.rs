@@ -1,0 +1,48 @@
+//! The statements behind the relay's `/metrics` and `/readyz` (`relay --metrics-addr`): one
+//! sample of the outbox's state for the backlog gauges, and a ping. Both are read when scraped
+//! or probed, never per event; the sample at most every few seconds (the caller caches it).
+
+use sqlx::PgConnection;
+
+/// The backlog gauges' figures, with the same meaning as `stats`: pending rows that are `ready`
+/// (due, not leased), `scheduled` (not due yet, not leased) or `in_flight` (leased); `retrying`
+/// are those not leased that failed before (counted attempts: a subset of ready and scheduled);
+/// `dead` the dead letters; and the age of the oldest pending row by `created_at`, whatever its
+/// state (so a sink outage shows as age even while nothing is retried).
+#[derive(Debug, Clone, Copy, Default, PartialEq, sqlx::FromRow)]
+pub struct Sample {
+    pub ready: i64,
+    pub scheduled: i64,
+    pub in_flight: i64,
+    pub retrying: i64,
+    pub dead: i64,
+    /// Seconds; `None` when nothing is pending.
+    pub oldest_pending_age_seconds: Option<f64>,
+}
+
+/// One statement: a pass over the pending rows through the partial `outbox_ready_idx` (so
+/// published history is never read) and a count over the partial `outbox_dead_idx`. Its cost is
+/// that of a `count(*)` over the backlog and the dead letters, which is why it runs at most every
+/// few seconds, when scraped.
+pub const SAMPLE: &str = "SELECT count(*) FILTER (WHERE available_at <= now()
+                               AND (locked_until IS NULL OR locked_until < now())) AS ready,
+            count(*) FILTER (WHERE available_at > now()
+                               AND (locked_until IS NULL OR locked_until < now())) AS scheduled,
+            count(*) FILTER (WHERE locked_until >= now()) AS in_flight,
+            count(*) FILTER (WHERE attempt_count > 0
+                               AND (locked_until IS NULL OR locked_until < now())) AS retrying,
+            (SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL) AS dead,
+            extract(epoch FROM now() - min(created_at))::float8 AS oldest_pending_age_seconds
+       FROM outbox
+      WHERE published_at IS NULL AND dead_lettered_at IS NULL";
+
+pub async fn sample(conn: &mut PgConnection) -> sqlx::Result<Sample> {
+    sqlx::query_as(SAMPLE).fetch_one(conn).await
+}
+
+/// Whether the database answers at all (`/readyz`): the cheapest round trip that runs a
+/// statement, so a server that accepts connections but cannot run queries (recovery, a full
+/// connection table) is not ready either.
+pub async fn ping(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1").execute(conn).await.map(|_| ())
+}
