@@ -412,22 +412,47 @@ async fn insert_chunk(
         delays.push(if delayed { 2.0f64 } else { 0.0 });
         poisons.push(poison);
     }
-    let rows: Vec<(i64, String)> = sqlx::query_as(
-        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
-                             idempotency_key, available_at)
-         SELECT $1, 'order', 'o-' || k, 'fault.test', p, h, k,
-                now() + make_interval(secs => d)
-           FROM unnest($2::text[], $3::jsonb[], $4::jsonb[], $5::float8[]) AS t(k, p, h, d)
-         RETURNING id, idempotency_key",
-    )
-    .bind(tenant)
-    .bind(&keys)
-    .bind(&payloads)
-    .bind(&headers)
-    .bind(&delays)
-    .fetch_all(&db.pool)
-    .await
-    .expect("producer insert");
+    // Like an application, a producer retries its transaction when the database goes away
+    // (a scenario may restart it); a retry skips keys an earlier attempt did commit.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let rows: Vec<(i64, String)> = loop {
+        let attempt = sqlx::query_as(
+            "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
+                                 idempotency_key, available_at)
+             SELECT $1, 'order', 'o-' || k, 'fault.test', p, h, k,
+                    now() + make_interval(secs => d)
+               FROM unnest($2::text[], $3::jsonb[], $4::jsonb[], $5::float8[]) AS t(k, p, h, d)
+             ON CONFLICT (idempotency_key) DO NOTHING
+             RETURNING id, idempotency_key",
+        )
+        .bind(tenant)
+        .bind(&keys)
+        .bind(&payloads)
+        .bind(&headers)
+        .bind(&delays)
+        .fetch_all(&db.pool)
+        .await;
+        match attempt {
+            Ok(rows) if rows.len() == keys.len() => break rows,
+            Ok(rows) => {
+                let mut all: Vec<(i64, String)> = sqlx::query_as(
+                    "SELECT id, idempotency_key FROM outbox WHERE idempotency_key = ANY($1)",
+                )
+                .bind(&keys)
+                .fetch_all(&db.pool)
+                .await
+                .expect("producer: the keys an earlier attempt committed");
+                all.retain(|(_, k)| !rows.iter().any(|(_, r)| r == k));
+                let mut rows = rows;
+                rows.append(&mut all);
+                break rows;
+            }
+            Err(e) => {
+                assert!(Instant::now() < deadline, "producer insert: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
     let mut map = produced.lock().unwrap();
     for (id, key) in rows {
         let j = keys.iter().position(|k| *k == key).unwrap();
