@@ -96,7 +96,42 @@ fn connect_error(cfg: &DbConfig, err: impl std::fmt::Display) -> CodedError {
     ))
 }
 
-/// One connection, with the configured timeout.
+/// The session's search path as the server applied it: the schema arrives as the `options`
+/// startup parameter, which a connection pooler may drop (PgBouncer passes it on only when told
+/// to ignore it, and then does not pass it on), leaving the server's default.
+const SHOW_SEARCH_PATH: &str = "SELECT current_setting('search_path')";
+
+/// The first schema of a `search_path` value (names are lowercase, digits and `_`, see
+/// [`crate::config::Schema`], so a plain split suffices).
+fn first_schema(search_path: &str) -> String {
+    let first = search_path.split(',').next().unwrap_or("").trim();
+    match first.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+        Some(quoted) => quoted.replace("\"\"", "\""),
+        None => first.to_lowercase(),
+    }
+}
+
+/// Fails when the session's search path does not start with the configured schema: every
+/// statement names tables unqualified, so such a session would read and change the outbox of
+/// another schema (`public`, behind a pooler that dropped the schema).
+async fn check_search_path(conn: &mut PgConnection, cfg: &DbConfig) -> Result<(), CodedError> {
+    let path: String = sqlx::query_scalar(SHOW_SEARCH_PATH)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| connect_error(cfg, e))?;
+    let schema = cfg.schema.name();
+    if first_schema(&path) == schema {
+        return Ok(());
+    }
+    Err(connect_error(
+        cfg,
+        format!(
+            "the session's search_path is `{path}`, not schema `{schema}` (--schema): a connection pooler dropped the `options` startup parameter that carries it (e.g. PgBouncer's ignore_startup_parameters); set it on the server for the pooler's sessions (ALTER ROLE ... SET search_path = {schema}) or connect to PostgreSQL directly"
+        ),
+    ))
+}
+
+/// One connection, with the configured timeout, whose search path is the configured schema.
 pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
     match tokio::time::timeout(
         cfg.connect_timeout,
@@ -104,7 +139,10 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
     )
     .await
     {
-        Ok(Ok(conn)) => Ok(conn),
+        Ok(Ok(mut conn)) => {
+            check_search_path(&mut conn, cfg).await?;
+            Ok(conn)
+        }
         Ok(Err(e)) => Err(connect_error(cfg, e)),
         Err(_) => Err(connect_error(
             cfg,
@@ -236,4 +274,17 @@ pub async fn is_listening(conn: &mut PgConnection, channel: &str) -> sqlx::Resul
     .bind(channel)
     .fetch_one(conn)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_schema;
+
+    #[test]
+    fn the_first_schema_of_a_search_path() {
+        assert_eq!(first_schema("\"t_abc\""), "t_abc");
+        assert_eq!(first_schema("t_abc, public"), "t_abc");
+        assert_eq!(first_schema("\"$user\", public"), "$user");
+        assert_eq!(first_schema(""), "");
+    }
 }

@@ -6,7 +6,7 @@
 use crate::common::{ids_in_file, stderr, stdout, TestDb};
 
 /// Seed 000's DDL, verbatim (migrations/0001_outbox.sql has the same statements).
-const SEED_DDL: &str = "
+pub(crate) const SEED_DDL: &str = "
 CREATE TABLE outbox (
   id                bigserial    PRIMARY KEY,
   tenant_id         uuid         NOT NULL,

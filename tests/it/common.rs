@@ -41,7 +41,8 @@ impl TestDb {
         Self::unmigrated_at(&base_url()).await
     }
 
-    async fn unmigrated_at(url: &str) -> Self {
+    /// A fresh schema name on the server at `url`, with nothing created.
+    pub async fn unmigrated_at(url: &str) -> Self {
         let schema = format!("t_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let url = url.to_owned();
         let search_path = schema.clone();

@@ -92,12 +92,12 @@ async fn a_daemon_on_a_closed_stdout_stops_cleanly() {
 }
 
 /// A tmpfs of `size` mounted for the test; unmounted on drop, also when the test fails.
-struct Tmpfs {
-    dir: tempfile::TempDir,
+pub(crate) struct Tmpfs {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
-    fn mount(size: &str) -> Self {
+    pub(crate) fn mount(size: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ok = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -109,7 +109,7 @@ impl Tmpfs {
         Self { dir }
     }
 
-    fn resize(&self, size: &str) {
+    pub(crate) fn resize(&self, size: &str) {
         let ok = std::process::Command::new("mount")
             .args(["-o", &format!("remount,size={size}")])
             .arg(self.dir.path())

@@ -10,6 +10,7 @@ mod common;
 mod dead;
 mod edit;
 mod events;
+mod faults;
 mod fixtures;
 mod http_server;
 mod http_sink;

@@ -1,0 +1,139 @@
+//! A real HTTP/1.1 consumer for the fault suite, whose behaviour the scenario switches while the
+//! relays run: answering normally, slowly (after the request was processed: the consumer took it
+//! but the relay's timeout fired first), resetting connections (closed with the request unread:
+//! the kernel answers with a TCP RST; nothing processed), or processing the body and closing
+//! before the response. A poison event (`"poison": true` in the payload) is answered 400.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    Normal,
+    /// Processes the request, then waits this long before the response.
+    Slow(Duration),
+    /// Closes the connection without reading the body and without an answer.
+    Reset,
+    /// Reads and processes the body, then closes without an answer.
+    CloseAfterBody,
+}
+
+pub struct Consumer {
+    pub port: u16,
+    behaviour: Arc<Mutex<Behaviour>>,
+    /// Every body the consumer processed (one entry per delivery).
+    processed: Arc<Mutex<Vec<Vec<u8>>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Consumer {
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let behaviour = Arc::new(Mutex::new(Behaviour::Normal));
+        let processed = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b, p, s) = (
+            Arc::clone(&behaviour),
+            Arc::clone(&processed),
+            Arc::clone(&stop),
+        );
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let (b, p) = (Arc::clone(&b), Arc::clone(&p));
+                std::thread::spawn(move || {
+                    let _ = serve(conn, &b, &p);
+                });
+            }
+        });
+        Self {
+            port,
+            behaviour,
+            processed,
+            stop,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/events", self.port)
+    }
+
+    pub fn set(&self, b: Behaviour) {
+        *self.behaviour.lock().unwrap() = b;
+    }
+
+    pub fn processed(&self) -> Vec<Vec<u8>> {
+        self.processed.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.processed.lock().unwrap().len()
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+fn serve(
+    conn: TcpStream,
+    behaviour: &Mutex<Behaviour>,
+    processed: &Mutex<Vec<Vec<u8>>>,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut writer = conn;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let mut len = 0usize;
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h)?;
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                if k.trim().eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        let b = *behaviour.lock().unwrap();
+        if b == Behaviour::Reset {
+            // Unread bytes in the receive buffer make the close a RST.
+            drop(reader);
+            drop(writer);
+            return Ok(());
+        }
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body)?;
+        let poison = serde_json::from_slice::<serde_json::Value>(&body)
+            .map(|v| v["payload"]["poison"] == true)
+            .unwrap_or(false);
+        if poison {
+            writer.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 6\r\n\r\npoison")?;
+            continue;
+        }
+        processed.lock().unwrap().push(body);
+        match b {
+            Behaviour::CloseAfterBody => return Ok(()),
+            Behaviour::Slow(d) => std::thread::sleep(d),
+            _ => {}
+        }
+        writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")?;
+        writer.flush()?;
+    }
+}

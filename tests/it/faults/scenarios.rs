@@ -1,0 +1,959 @@
+//! The scenarios: each one fault against the real component, judged by the [`Checker`]. The
+//! list (one README row each):
+//!
+//! - `kill -9` of one of four relays mid-batch (lease, tx);
+//! - `pg_terminate_backend` of every relay backend, repeatedly (lease, tx);
+//! - PostgreSQL restart during a drain, on a cluster of the suite's own (lease, tx);
+//! - NATS, Redis, RabbitMQ (own instances) down and back up, and frozen with SIGSTOP for longer
+//!   than `--publish-timeout`; Kafka: [`kafka_down_and_frozen`], when the Kafka sink lands;
+//! - the HTTP consumer slow, resetting connections, closing after the body;
+//! - PgBouncer in transaction pooling mode;
+//! - `prune` in a loop and `requeue` while relays run;
+//! - ten concurrent `migrate` on an empty and on a seed-era schema;
+//! - the relays' clocks off by an hour (libfaketime);
+//! - disk full under the file sink.
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use super::http::{Behaviour, Consumer};
+use super::servers::{file_deliveries, ChildServer, PgBouncer, RabbitNode};
+use super::{relay_cmd, Checker, Load, Relays};
+use crate::common::{signal, TestDb};
+use crate::pg_cluster::PgCluster;
+
+const SETTLE: Duration = Duration::from_secs(180);
+
+/// Terminates every backend of `children` (pools and LISTEN connections). Returns how many.
+async fn terminate_backends(db: &TestDb, children: &[Child]) -> i64 {
+    let ports: Vec<i32> = children
+        .iter()
+        .flat_map(crate::relay::client_ports)
+        .collect();
+    sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+          WHERE application_name = 'outboxctl' AND client_port = ANY($1)",
+    )
+    .bind(ports)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_one_of_four_relays_mid_batch() {
+    for mode in ["lease", "tx"] {
+        let consumer = Consumer::start();
+        let mut ck = Checker::new(TestDb::new().await, &format!("kill -9 ({mode})"));
+        let load = Load::new().poison(97);
+        let batch = 50;
+        let mut relays =
+            Relays::spawn(4, |_| relay_cmd(&ck.db, mode, &consumer.url(), batch, "2s"));
+        let producers = ck.produce(&load);
+        ck.wait_progress(load.events / 3).await;
+        ck.assert_mid_drain().await;
+        let mut victim = relays.children.remove(0);
+        signal(&victim, "KILL");
+        let _ = victim.wait();
+        let end = Instant::now();
+        let recovery = ck.wait_settled(end, SETTLE).await;
+        producers.await.unwrap();
+        relays.assert_running();
+        relays.stop();
+        // The killed relay's batch: published, never marked, sent again after its lease (lease
+        // mode) or its rolled-back claim (tx mode).
+        let report = ck
+            .check(
+                &consumer.processed(),
+                4,
+                "kill -9 of one relay mid-batch",
+                batch,
+                recovery,
+            )
+            .await;
+        report.assert_ok(&relays.logs());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_terminate_backend_of_every_relay_backend_repeatedly() {
+    for mode in ["lease", "tx"] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = [dir.path().join("r0.jsonl"), dir.path().join("r1.jsonl")];
+        let mut ck = Checker::new(TestDb::new().await, &format!("terminate ({mode})"));
+        let load = Load::new();
+        let batch = 50;
+        let mut relays = Relays::spawn(2, |i| {
+            relay_cmd(
+                &ck.db,
+                mode,
+                &format!("file:{}", paths[i].display()),
+                batch,
+                "2s",
+            )
+        });
+        let producers = ck.produce(&load);
+        ck.wait_progress(load.events / 5).await;
+        ck.assert_mid_drain().await;
+        let mut rounds = 0;
+        for _ in 0..6 {
+            if terminate_backends(&ck.db, &relays.children).await > 0 {
+                rounds += 1;
+            }
+            // The pace of the fault, not a synchronisation.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert!(rounds >= 4, "only {rounds} rounds terminated a backend");
+        let end = Instant::now();
+        let recovery = ck.wait_settled(end, SETTLE).await;
+        producers.await.unwrap();
+        relays.assert_running();
+        relays.stop();
+        // Lease mode: the settle is retried on a live connection within the lease (nothing
+        // sent again); tx mode: the killed transaction rolls back after the publish.
+        let bound = if mode == "lease" {
+            0
+        } else {
+            rounds * 2 * batch
+        };
+        let files: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+        let report = ck
+            .check(
+                &file_deliveries(&files),
+                2,
+                &format!("pg_terminate_backend of every relay backend, {rounds} rounds"),
+                bound,
+                recovery,
+            )
+            .await;
+        report.assert_ok(&relays.logs());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restart_during_a_drain() {
+    let cluster = PgCluster::start("outboxctl_faults", 18340);
+    for mode in ["lease", "tx"] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = [dir.path().join("r0.jsonl"), dir.path().join("r1.jsonl")];
+        let mut ck = Checker::new(
+            TestDb::new_at(&cluster.url()).await,
+            &format!("PostgreSQL restart ({mode})"),
+        );
+        let load = Load::new();
+        let batch = 50;
+        let mut relays = Relays::spawn(2, |i| {
+            relay_cmd(
+                &ck.db,
+                mode,
+                &format!("file:{}", paths[i].display()),
+                batch,
+                "2s",
+            )
+        });
+        let producers = ck.produce(&load);
+        ck.wait_progress(load.events / 4).await;
+        ck.assert_mid_drain().await;
+        cluster.restart();
+        let end = Instant::now();
+        let recovery = ck.wait_settled(end, SETTLE).await;
+        producers.await.unwrap();
+        relays.assert_running();
+        relays.stop();
+        let bound = if mode == "lease" { 0 } else { 2 * batch };
+        let files: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+        let report = ck
+            .check(
+                &file_deliveries(&files),
+                2,
+                "pg_ctlcluster restart (fast shutdown) mid-drain",
+                bound,
+                recovery,
+            )
+            .await;
+        report.assert_ok(&relays.logs());
+    }
+}
+
+/// A broker fault: `Down` stops the broker and starts it again after `hold`; `Frozen` sends
+/// SIGSTOP, then SIGCONT after `hold` (longer than the publish timeout).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum BrokerFault {
+    Down,
+    Frozen,
+}
+
+impl BrokerFault {
+    fn describe(self, broker: &str, hold: Duration) -> String {
+        match self {
+            Self::Down => format!("{broker} stopped, started again {}s later", hold.as_secs()),
+            Self::Frozen => format!(
+                "{broker} SIGSTOP for {}s (> --publish-timeout 1s), SIGCONT",
+                hold.as_secs()
+            ),
+        }
+    }
+}
+
+const HOLD: Duration = Duration::from_secs(3);
+const BROKER_RELAYS: usize = 2;
+const BROKER_BATCH: usize = 50;
+
+/// Publishes that can time out while a broker is frozen for [`HOLD`], per relay: its batch, then
+/// one probe per `--publish-timeout` (1 s). A frozen broker may still take each of them when it
+/// thaws, after the relay gave the rows back: the duplicates bound of a frozen or stopped broker
+/// without dedup.
+const BROKER_BOUND: usize = BROKER_RELAYS * (BROKER_BATCH + HOLD.as_secs() as usize + 1);
+
+/// Runs one broker scenario: relays to `sink`, the fault applied with `stop`/`start` (down) or
+/// `freeze`/`thaw` (frozen) during the drain; returns the checker and the fault's end.
+async fn broker_drain(
+    ck: &mut Checker,
+    load: &Load,
+    sink: &str,
+    mut begin: impl FnMut(),
+    mut finish: impl FnMut(),
+) -> (Relays, Duration) {
+    let mut relays = Relays::spawn(BROKER_RELAYS, |_| {
+        relay_cmd(&ck.db, "lease", sink, BROKER_BATCH, "1s")
+    });
+    let producers = ck.produce(load);
+    ck.wait_progress(load.events / 4).await;
+    ck.assert_mid_drain().await;
+    begin();
+    // The length of the fault, not a synchronisation.
+    tokio::time::sleep(HOLD).await;
+    finish();
+    let end = Instant::now();
+    let recovery = ck.wait_settled(end, SETTLE).await;
+    producers.await.unwrap();
+    relays.assert_running();
+    relays.stop();
+    (relays, recovery)
+}
+
+/// Every message of a JetStream stream, in order.
+async fn jetstream_messages(port: u16, stream: &str) -> Vec<Vec<u8>> {
+    let js = async_nats::jetstream::new(
+        async_nats::connect(format!("127.0.0.1:{port}"))
+            .await
+            .unwrap(),
+    );
+    let mut s = js.get_stream(stream).await.unwrap();
+    let state = s.info().await.unwrap().state.clone();
+    let mut out = Vec::new();
+    if state.messages == 0 {
+        return out;
+    }
+    for seq in state.first_sequence..=state.last_sequence {
+        if let Ok(m) = s.get_raw_message(seq).await {
+            out.push(m.payload.to_vec());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_down_and_frozen() {
+    let port = 18341;
+    let mut nats = ChildServer::nats(port);
+    for fault in [BrokerFault::Down, BrokerFault::Frozen] {
+        let prefix = format!("f{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+        let js = async_nats::jetstream::new(
+            async_nats::connect(format!("127.0.0.1:{port}"))
+                .await
+                .unwrap(),
+        );
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: prefix.to_uppercase(),
+            subjects: vec![format!("{prefix}.>")],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        drop(js);
+        let mut ck = Checker::new(
+            TestDb::new().await,
+            &format!("NATS {fault:?}").to_lowercase(),
+        );
+        // Poison: larger than the server's max_payload (8 KiB), refused for good.
+        let mut load = Load::new().poison(97);
+        load.poison_pad = 10_000;
+        let sink = format!("nats://127.0.0.1:{port}?subject={prefix}.{{event_type}}");
+        let nats_ref = std::cell::RefCell::new(&mut nats);
+        let (relays, recovery) = broker_drain(
+            &mut ck,
+            &load,
+            &sink,
+            || match fault {
+                BrokerFault::Down => nats_ref.borrow_mut().stop(),
+                BrokerFault::Frozen => nats_ref.borrow().freeze(),
+            },
+            || match fault {
+                BrokerFault::Down => nats_ref.borrow_mut().start_again(),
+                BrokerFault::Frozen => nats_ref.borrow().thaw(),
+            },
+        )
+        .await;
+        let received = jetstream_messages(port, &prefix.to_uppercase()).await;
+        // JetStream drops a re-publish with a known Nats-Msg-Id (the idempotency key) within
+        // its duplicate window, so even a re-sent batch should not show here.
+        let report = ck
+            .check(
+                &received,
+                BROKER_RELAYS,
+                &fault.describe("nats-server", HOLD),
+                BROKER_BOUND,
+                recovery,
+            )
+            .await;
+        report.assert_ok(&relays.logs());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_and_frozen() {
+    let port = 18342;
+    let mut redis_server = ChildServer::redis(port);
+    for fault in [BrokerFault::Down, BrokerFault::Frozen] {
+        let stream = format!("faults-{}", uuid::Uuid::new_v4().simple());
+        let mut ck = Checker::new(
+            TestDb::new().await,
+            &format!("Redis {fault:?}").to_lowercase(),
+        );
+        let load = Load::new();
+        let sink = format!("redis://127.0.0.1:{port}/0?stream={stream}");
+        let server = std::cell::RefCell::new(&mut redis_server);
+        let (relays, recovery) = broker_drain(
+            &mut ck,
+            &load,
+            &sink,
+            || match fault {
+                BrokerFault::Down => server.borrow_mut().stop(),
+                BrokerFault::Frozen => server.borrow().freeze(),
+            },
+            || match fault {
+                BrokerFault::Down => server.borrow_mut().start_again(),
+                BrokerFault::Frozen => server.borrow().thaw(),
+            },
+        )
+        .await;
+        let mut r = redis::Client::open(format!("redis://127.0.0.1:{port}/0"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let entries: Vec<StreamEntry> = redis::cmd("XRANGE")
+            .arg(&stream)
+            .arg("-")
+            .arg("+")
+            .query(&mut r)
+            .unwrap();
+        let received: Vec<Vec<u8>> = entries
+            .into_iter()
+            .filter_map(|(_, fields)| {
+                fields
+                    .into_iter()
+                    .find(|(k, _)| k == "event")
+                    .map(|(_, v)| v)
+            })
+            .collect();
+        // Redis Streams has no dedup: a batch whose XADDs the frozen server took after the
+        // relay's timeout is sent again, at most one batch per relay.
+        let report = ck
+            .check(
+                &received,
+                BROKER_RELAYS,
+                &fault.describe("redis-server", HOLD),
+                BROKER_BOUND,
+                recovery,
+            )
+            .await;
+        report.assert_ok(&relays.logs());
+    }
+}
+
+/// One `XRANGE` entry: its id and its fields.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
+
+/// Every message in `queue` on our own node (basic.get until empty).
+async fn amqp_messages(url: &str, queue: &str) -> Vec<Vec<u8>> {
+    use lapin::options::BasicGetOptions;
+    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    let mut out = Vec::new();
+    while let Some(m) = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+    {
+        out.push(m.delivery.data.clone());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_down_and_frozen() {
+    let node = RabbitNode::start(18343, 18344);
+    for fault in [BrokerFault::Down, BrokerFault::Frozen] {
+        let queue = format!("faults-{}", uuid::Uuid::new_v4().simple());
+        {
+            use lapin::options::QueueDeclareOptions;
+            let conn =
+                lapin::Connection::connect(&node.url(), lapin::ConnectionProperties::default())
+                    .await
+                    .unwrap();
+            let ch = conn.create_channel().await.unwrap();
+            ch.queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await
+            .unwrap();
+            let _ = conn.close(200, "declared".into()).await;
+        }
+        let mut ck = Checker::new(
+            TestDb::new().await,
+            &format!("RabbitMQ {fault:?}").to_lowercase(),
+        );
+        let load = Load::new();
+        let sink = format!("{}?routing_key={queue}", node.url());
+        let (relays, recovery) = broker_drain(
+            &mut ck,
+            &load,
+            &sink,
+            || match fault {
+                BrokerFault::Down => node.stop(),
+                BrokerFault::Frozen => node.freeze(),
+            },
+            || match fault {
+                BrokerFault::Down => node.start_again(),
+                BrokerFault::Frozen => node.thaw(),
+            },
+        )
+        .await;
+        let received = amqp_messages(&node.url(), &queue).await;
+        let report = ck
+            .check(
+                &received,
+                BROKER_RELAYS,
+                &fault.describe("RabbitMQ node", HOLD),
+                BROKER_BOUND,
+                recovery,
+            )
+            .await;
+        report.assert_ok(&relays.logs());
+    }
+}
+
+/// The hook for the Kafka sink (another issue): the same two faults against a Kafka broker of
+/// the suite's own, when the Kafka sink lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "when the Kafka sink lands: down/up and SIGSTOP of an own broker, as for NATS"]
+async fn kafka_down_and_frozen() {}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_consumer_slow_resetting_and_closing_before_the_response() {
+    for (name, behaviour) in [
+        ("HTTP slow", Behaviour::Slow(Duration::from_millis(1500))),
+        ("HTTP reset", Behaviour::Reset),
+        ("HTTP close after body", Behaviour::CloseAfterBody),
+    ] {
+        let consumer = Consumer::start();
+        let mut ck = Checker::new(TestDb::new().await, name);
+        let load = Load::new().poison(97);
+        let batch = 50;
+        let mut relays = Relays::spawn(2, |_| {
+            relay_cmd(&ck.db, "lease", &consumer.url(), batch, "1s")
+        });
+        let producers = ck.produce(&load);
+        ck.wait_progress(load.events / 4).await;
+        ck.assert_mid_drain().await;
+        let before = consumer.count();
+        consumer.set(behaviour);
+        // The length of the fault, not a synchronisation.
+        tokio::time::sleep(HOLD).await;
+        consumer.set(Behaviour::Normal);
+        let during = consumer.count() - before;
+        let end = Instant::now();
+        let recovery = ck.wait_settled(end, SETTLE).await;
+        producers.await.unwrap();
+        relays.assert_running();
+        relays.stop();
+        // Only a delivery the consumer processed without answering can come again: none when
+        // it resets (it processes nothing), at most those processed during the fault otherwise.
+        let (bound, fault) = match behaviour {
+            Behaviour::Reset => (
+                0,
+                "connections reset (RST, request unread) for 3s".to_owned(),
+            ),
+            Behaviour::Slow(_) => (
+                during,
+                "answers after 1.5s (> --publish-timeout 1s) for 3s".to_owned(),
+            ),
+            _ => (
+                during,
+                "takes the body, closes before the response, for 3s".to_owned(),
+            ),
+        };
+        let report = ck
+            .check(&consumer.processed(), 2, &fault, bound, recovery)
+            .await;
+        report.assert_ok(&relays.logs());
+    }
+}
+
+/// Runs `outboxctl ARGS` against `db`; returns the exit code and stderr.
+fn run(db: &TestDb, args: &[&str]) -> (Option<i32>, String) {
+    let out = db.cmd().args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_in_a_loop_and_requeue_while_relays_run() {
+    let consumer = Consumer::start();
+    let mut ck = Checker::new(TestDb::new().await, "prune + requeue");
+    let load = Load::new().poison(50);
+    let batch = 50;
+    let mut relays = Relays::spawn(2, |_| {
+        relay_cmd(&ck.db, "lease", &consumer.url(), batch, "2s")
+    });
+    let producers = ck.produce(&load);
+    ck.wait_progress(load.events / 10).await;
+    ck.assert_mid_drain().await;
+    let (mut prunes, mut requeues) = (0, 0);
+    let stop_at = Instant::now() + HOLD;
+    while Instant::now() < stop_at || !producers.is_finished() {
+        let (code, err) = run(
+            &ck.db,
+            &["prune", "--older-than", "1s", "--batch-size", "100"],
+        );
+        assert_eq!(code, Some(0), "prune: {err}");
+        prunes += 1;
+        let (code, err) = run(&ck.db, &["requeue", "--all"]);
+        assert_eq!(code, Some(0), "requeue: {err}");
+        requeues += 1;
+    }
+    let end = Instant::now();
+    let recovery = ck.wait_settled(end, SETTLE).await;
+    producers.await.unwrap();
+    relays.assert_running();
+    relays.stop();
+    let pruned: i64 = ck
+        .db
+        .scalar("SELECT count(*) FROM outbox_audit WHERE action = 'prune'")
+        .await;
+    let requeued: i64 = ck
+        .db
+        .scalar("SELECT count(*) FROM outbox_audit WHERE action = 'requeue'")
+        .await;
+    assert!(
+        pruned > 0 && requeued > 0,
+        "prune and requeue both acted: {pruned} prune, {requeued} requeue audit rows"
+    );
+    let report = ck
+        .check(
+            &consumer.processed(),
+            2,
+            &format!(
+                "{prunes} prune --older-than 1s and {requeues} requeue --all during the drain"
+            ),
+            0,
+            recovery,
+        )
+        .await;
+    report.assert_ok(&relays.logs());
+}
+
+/// Ten `migrate` processes at once: all exit 0, each migration is recorded once.
+async fn ten_migrates(db: &TestDb) {
+    let children: Vec<Child> = (0..10)
+        .map(|_| {
+            db.cmd()
+                .arg("migrate")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "a concurrent migrate failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (versions, distinct): (i64, i64) = db
+        .row("SELECT count(*), count(DISTINCT version) FROM _sqlx_migrations WHERE success")
+        .await;
+    assert_eq!(versions, distinct, "a migration recorded twice");
+    assert_eq!(
+        versions as usize,
+        outboxctl::db::migrate::MIGRATOR.iter().count(),
+        "every migration applied"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_concurrent_migrates_on_an_empty_and_on_a_seed_era_schema() {
+    for seed_era in [false, true] {
+        let db = TestDb::unmigrated().await;
+        let consumer = Consumer::start();
+        let name = if seed_era {
+            "10 × migrate (seed-era)"
+        } else {
+            "10 × migrate (empty)"
+        };
+        let mut ck = Checker::new(db, name);
+        let load = Load::new();
+        let start = Instant::now();
+        let producers = if seed_era {
+            // The application has been enqueueing into seed 000's table; migrate adopts it
+            // while the producers go on.
+            ck.db
+                .exec(&format!(
+                    "CREATE SCHEMA \"{s}\"; SET search_path TO \"{s}\"; {}",
+                    crate::adopt::SEED_DDL,
+                    s = ck.db.schema
+                ))
+                .await;
+            let p = ck.produce(&load);
+            ten_migrates(&ck.db).await;
+            p
+        } else {
+            ten_migrates(&ck.db).await;
+            ck.produce(&load)
+        };
+        let mut relays =
+            Relays::spawn(2, |_| relay_cmd(&ck.db, "lease", &consumer.url(), 50, "2s"));
+        let recovery = ck.wait_settled(start, SETTLE).await;
+        producers.await.unwrap();
+        relays.assert_running();
+        relays.stop();
+        let report = ck
+            .check(
+                &consumer.processed(),
+                2,
+                "ten concurrent migrate, then relays",
+                0,
+                recovery,
+            )
+            .await;
+        report.assert_ok(&relays.logs());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_clocks_off_by_an_hour_change_nothing() {
+    // libfaketime, preloaded into the relay itself (the `faketime` wrapper would be the process
+    // receiving SIGTERM): its clock is an hour off.
+    const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    let faked = Command::new("date")
+        .arg("+%s")
+        .env("LD_PRELOAD", LIBFAKETIME)
+        .env("FAKETIME", "+1h")
+        .output()
+        .expect("date");
+    let faked: i64 = String::from_utf8_lossy(&faked.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let now = chrono::Utc::now().timestamp();
+    assert!(
+        (faked - now - 3600).abs() < 60,
+        "libfaketime (Debian package faketime) +1h: {faked} vs {now}"
+    );
+
+    let consumer = Consumer::start();
+    let mut ck = Checker::new(TestDb::new().await, "clock skew");
+    let load = Load::new().poison(97);
+    let offsets = ["+1h", "-1h"];
+    let mut relays = Relays::spawn(2, |i| {
+        let mut c = relay_cmd(&ck.db, "lease", &consumer.url(), 50, "2s");
+        c.env("LD_PRELOAD", LIBFAKETIME).env("FAKETIME", offsets[i]);
+        c
+    });
+    let start = Instant::now();
+    let producers = ck.produce(&load);
+    let recovery = ck.wait_settled(start, SETTLE).await;
+    producers.await.unwrap();
+    relays.assert_running();
+    relays.stop();
+    // Due times come from the database clock: nothing was published before it was due.
+    let early: i64 = ck
+        .db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at < available_at")
+        .await;
+    assert_eq!(early, 0, "events published before they were due");
+    let report = ck
+        .check(
+            &consumer.processed(),
+            2,
+            "relay clocks +1 h and -1 h (libfaketime)",
+            0,
+            recovery,
+        )
+        .await;
+    report.assert_ok(&relays.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sink_disk_full() {
+    let fs = crate::local_sinks::Tmpfs::mount("64k");
+    let path = fs.dir.path().join("out.jsonl");
+    let mut ck = Checker::new(TestDb::new().await, "disk full (file)");
+    let load = Load::new();
+    let mut relays = Relays::spawn(1, |_| {
+        relay_cmd(
+            &ck.db,
+            "lease",
+            &format!("file:{}", path.display()),
+            50,
+            "2s",
+        )
+    });
+    let producers = ck.produce(&load);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !relays.logs().contains("sink unavailable") {
+        assert!(
+            Instant::now() < deadline,
+            "no outage on a full disk\n{}",
+            relays.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ck.assert_mid_drain().await;
+    let unsettled_while_full: i64 = ck
+        .db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        .await;
+    assert!(unsettled_while_full > 0);
+    fs.resize("256m");
+    let end = Instant::now();
+    let recovery = ck.wait_settled(end, SETTLE).await;
+    producers.await.unwrap();
+    relays.assert_running();
+    relays.stop();
+    // A failed write is truncated back, so the batch is neither half there nor sent twice.
+    let report = ck
+        .check(
+            &file_deliveries(&[&path]),
+            1,
+            "64 KiB tmpfs full, then grown",
+            0,
+            recovery,
+        )
+        .await;
+    report.assert_ok(&relays.logs());
+}
+
+/// A database of the shared server made for one test (a pooler's entry names a database, and
+/// its settings are per database); dropped on drop.
+struct OwnDatabase {
+    name: String,
+}
+
+impl OwnDatabase {
+    async fn create() -> Self {
+        let name = format!(
+            "obx_faults_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..10]
+        );
+        let pool = sqlx::PgPool::connect(&crate::common::base_url())
+            .await
+            .unwrap();
+        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        Self { name }
+    }
+
+    /// Its URL on the server itself (not through the pooler).
+    fn direct_url(&self) -> String {
+        let mut url = url::Url::parse(&crate::common::base_url()).unwrap();
+        url.set_path(&self.name);
+        url.to_string()
+    }
+}
+
+impl Drop for OwnDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok(pool) = sqlx::PgPool::connect(&crate::common::base_url()).await {
+                    let _ = sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&pool)
+                        .await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+/// PgBouncer's version from `pgbouncer --version` (major, minor).
+fn pgbouncer_version() -> (u32, u32) {
+    let out = Command::new("pgbouncer").arg("--version").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let v = text
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("pgbouncer --version: {text}"));
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+/// PgBouncer (Debian's, started by the test on its own port) passes on none of the startup
+/// parameters sqlx sends but the ones it tracks: `extra_float_digits` and `options` (which
+/// carries `--schema` as `-c search_path=...`) must be listed in `ignore_startup_parameters`, and
+/// then the server never sees the schema. That used to run every command against the server's
+/// default search path (`public`): `migrate --schema X` reported X and installed the outbox into
+/// `public`. It must refuse instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_pooler_that_drops_the_schema_commands_refuse_to_run() {
+    let own = OwnDatabase::create().await;
+    let db = TestDb::unmigrated_at(&own.direct_url()).await;
+    let bouncer = PgBouncer::start(
+        18345,
+        "obx",
+        &own.name,
+        "transaction",
+        "ignore_startup_parameters = extra_float_digits, options",
+    );
+    let url = format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port);
+    let out = db
+        .cmd()
+        .env("DATABASE_URL", &url)
+        .arg("migrate")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let public: bool = db
+        .scalar("SELECT to_regclass('public.outbox') IS NOT NULL")
+        .await;
+    assert!(!public, "migrate installed the outbox into public: {err}");
+    assert_eq!(out.status.code(), Some(3), "{err}\n{}", bouncer.log());
+    assert!(
+        err.contains("search_path") && err.contains(&db.schema),
+        "{err}"
+    );
+}
+
+/// Relays, `prune` in a loop and `requeue` through PgBouncer. Transaction pooling: PgBouncer
+/// before 1.21 cannot carry the named prepared statements sqlx uses, so there every command but
+/// `migrate` fails (`prepared statement "sqlx_s_1" already exists`), as the README says; from
+/// 1.21 on, with `max_prepared_statements`, the full scenario runs. Session pooling (any
+/// version): the full scenario, with the schema set as the database's search_path (the pooler
+/// drops `options`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_pgbouncer_relay_prune_and_requeue() {
+    let version = pgbouncer_version();
+    let modern = version >= (1, 21);
+    for pool_mode in ["transaction", "session"] {
+        let own = OwnDatabase::create().await;
+        let db = TestDb::new_at(&own.direct_url()).await;
+        db.exec(&format!(
+            "ALTER DATABASE {} SET search_path TO {}",
+            own.name, db.schema
+        ))
+        .await;
+        let bouncer = PgBouncer::start(
+            18346,
+            "obx",
+            &own.name,
+            pool_mode,
+            &format!(
+                "ignore_startup_parameters = extra_float_digits, options\n{}",
+                if modern {
+                    "max_prepared_statements = 200"
+                } else {
+                    ""
+                }
+            ),
+        );
+        let url = format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port);
+        if pool_mode == "transaction" && !modern {
+            db.seed_ready(10).await;
+            let out = db
+                .cmd()
+                .env("DATABASE_URL", &url)
+                .args(["relay", "--once", "--sink", "null"])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(!out.status.success(), "{err}");
+            assert!(err.contains("prepared statement"), "{err}");
+            let published: i64 = db
+                .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+                .await;
+            assert_eq!(published, 0);
+            continue;
+        }
+        let consumer = Consumer::start();
+        let mut ck = Checker::new(
+            db,
+            &format!("PgBouncer {}.{} {pool_mode} pool", version.0, version.1),
+        );
+        let load = Load::new().poison(50);
+        let mut relays = Relays::spawn(2, |_| {
+            let mut c = relay_cmd(&ck.db, "lease", &consumer.url(), 50, "2s");
+            c.env("DATABASE_URL", &url);
+            c
+        });
+        let producers = ck.produce(&load);
+        ck.wait_progress(load.events / 10).await;
+        let mut runs = 0;
+        while !producers.is_finished() || runs == 0 {
+            for args in [
+                &["prune", "--older-than", "1s", "--batch-size", "100"][..],
+                &["requeue", "--all"][..],
+            ] {
+                let out = ck
+                    .db
+                    .cmd()
+                    .env("DATABASE_URL", &url)
+                    .args(args)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{args:?} through PgBouncer: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            runs += 1;
+        }
+        let end = Instant::now();
+        let recovery = ck.wait_settled(end, SETTLE).await;
+        producers.await.unwrap();
+        relays.assert_running();
+        relays.stop();
+        let report = ck
+            .check(
+                &consumer.processed(),
+                2,
+                &format!("through PgBouncer ({pool_mode} pooling), {runs} prune + requeue"),
+                0,
+                recovery,
+            )
+            .await;
+        report.assert_ok(&relays.logs());
+        drop(bouncer);
+    }
+}
