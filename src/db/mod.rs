@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod dead;
+pub mod doctor;
 pub mod events;
 pub mod migrate;
 pub mod prune;
