@@ -1360,7 +1360,30 @@ pub fn is_nagios_check(
     env: impl Fn(&str) -> Option<std::ffi::OsString>,
 ) -> bool {
     let words: Vec<&str> = args.iter().skip(1).filter_map(|a| a.to_str()).collect();
-    if !words.contains(&"stats") {
+    // The subcommand is the first word that names one (`--schema stats migrate` is `migrate`).
+    let cmd = command();
+    let names: Vec<&str> = cmd
+        .get_subcommands()
+        .flat_map(|s| std::iter::once(s.get_name()).chain(s.get_all_aliases()))
+        .collect();
+    let mut sub = None;
+    let mut rest = words.iter();
+    while let Some(w) = rest.next() {
+        if [
+            "--database-url",
+            "--schema",
+            "--connect-timeout",
+            "--log-format",
+        ]
+        .contains(w)
+        {
+            rest.next(); // the flag's value
+        } else if names.contains(w) {
+            sub = Some(*w);
+            break;
+        }
+    }
+    if sub != Some("stats") {
         return false;
     }
     let typed = words
@@ -1729,6 +1752,14 @@ mod tests {
         ));
         assert!(!is_nagios_check(&args(&["o", "migrate", "--check"]), none));
         assert!(!is_nagios_check(&args(&["o", "stats"]), none));
+        assert!(!is_nagios_check(
+            &args(&["o", "--schema", "stats", "migrate", "--check"]),
+            none
+        ));
+        assert!(is_nagios_check(
+            &args(&["o", "--schema", "x", "stats", "--check"]),
+            none
+        ));
     }
 
     #[test]

@@ -561,3 +561,83 @@ async fn a_nats_duplicate_window_shorter_than_the_retry_horizon_warns() {
         "{v:#}"
     );
 }
+
+/// Prepared transactions and replication slots need server settings the shared server does not
+/// have (`max_prepared_transactions`, `wal_level = logical`): a private cluster on a port of this
+/// test's own, dropped afterwards.
+#[tokio::test]
+async fn a_prepared_transaction_and_a_replication_slot_holding_the_horizon_are_named() {
+    let cluster = crate::pg_cluster::PgCluster::start("doctor_horizon", 18452);
+    {
+        let mut admin = sqlx::PgConnection::connect(&cluster.url()).await.unwrap();
+        for setting in ["max_prepared_transactions = 5", "wal_level = logical"] {
+            sqlx::raw_sql(&format!("ALTER SYSTEM SET {setting}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+        }
+        admin.close().await.unwrap();
+    }
+    cluster.restart();
+    let db = TestDb::new_at(&cluster.url()).await;
+    let mut conn = sqlx::PgConnection::connect(&cluster.url()).await.unwrap();
+    // The slot first: creating a logical slot waits for every running transaction to end.
+    sqlx::query("SELECT pg_create_logical_replication_slot('doctor_slot', 'test_decoding')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql("BEGIN; CREATE TABLE prepared_probe (x int); PREPARE TRANSACTION 'doctor-gid'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+
+    let mut last = Value::Null;
+    wait_until(
+        Duration::from_secs(20),
+        "doctor names the prepared transaction",
+        || {
+            let (_, v) = doctor(&db, &["--max-xact-age", "1s"]);
+            let named = find(&v, "xmin_horizon")["details"]["holders"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["kind"] == "prepared transaction" && h["name"] == "doctor-gid");
+            last = v;
+            async move { named }
+        },
+    )
+    .await;
+    let check = find(&last, "xmin_horizon");
+    assert_eq!(check["status"], "WARN", "{check:#}");
+    let slot = check["details"]["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["kind"] == "replication slot")
+        .unwrap_or_else(|| panic!("no slot in {check:#}"));
+    assert_eq!(
+        (slot["name"].as_str(), slot["state"].as_str()),
+        (Some("doctor_slot"), Some("inactive"))
+    );
+    let text = check["message"].as_str().unwrap();
+    assert!(
+        text.contains("prepared transaction (name `doctor-gid`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("replication slot (name `doctor_slot`, inactive"),
+        "{text}"
+    );
+
+    // One statement each: ROLLBACK PREPARED refuses to run in a multi-statement (implicit) block.
+    for sql in [
+        "ROLLBACK PREPARED 'doctor-gid'",
+        "SELECT pg_drop_replication_slot('doctor_slot')",
+    ] {
+        sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+    }
+    let (_, v) = doctor(&db, &["--max-xact-age", "1s"]);
+    assert_eq!(status(&v, "xmin_horizon"), "PASS", "{v:#}");
+    conn.close().await.unwrap();
+    drop(db);
+}
