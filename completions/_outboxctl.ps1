@@ -44,6 +44,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('event', 'event', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
+            [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('demo', 'demo', [CompletionResultType]::ParameterValue, 'Show the tool end to end in a scratch schema, then drop it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune')
@@ -57,6 +58,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('--status', '--status', [CompletionResultType]::ParameterName, 'List applied and pending migrations; change nothing')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'List applied and pending migrations; change nothing')
+            [CompletionResult]::new('--check', '--check', [CompletionResultType]::ParameterName, 'Change nothing; exit 0 when the schema is up to date, 6 when migrations are pending (also a seed-era table `migrate` would adopt, or no outbox at all), 2 when existing tables conflict with migration 1. For init containers and deploy pipelines')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
@@ -137,8 +139,19 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
             [CompletionResult]::new('--by', '--by', [CompletionResultType]::ParameterName, 'Break the figures down by a column')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format: human (a table), json (the same as --json) or prometheus (text exposition, for node_exporter''s textfile collector) [default: human, json with --json]. An explicit --format wins over --json')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Write the output to this file instead of stdout, atomically: a temporary file in the same directory, renamed over PATH, so a reader (node_exporter) never sees half a file. With --format prometheus or json')
+            [CompletionResult]::new('--warn-lag', '--warn-lag', [CompletionResultType]::ParameterName, 'WARNING when the oldest pending event (by created_at) is older than this, e.g. 1m')
+            [CompletionResult]::new('--crit-lag', '--crit-lag', [CompletionResultType]::ParameterName, 'CRITICAL when the oldest pending event (by created_at) is older than this, e.g. 5m')
+            [CompletionResult]::new('--warn-dead', '--warn-dead', [CompletionResultType]::ParameterName, 'WARNING when more than N events are dead-lettered (0: any dead letter)')
+            [CompletionResult]::new('--crit-dead', '--crit-dead', [CompletionResultType]::ParameterName, 'CRITICAL when more than N events are dead-lettered')
+            [CompletionResult]::new('--warn-backlog', '--warn-backlog', [CompletionResultType]::ParameterName, 'WARNING when more than N events are due and unpublished (ready + in flight; scheduled events are not backlog until due)')
+            [CompletionResult]::new('--crit-backlog', '--crit-backlog', [CompletionResultType]::ParameterName, 'CRITICAL when more than N events are due and unpublished (ready + in flight)')
+            [CompletionResult]::new('--warn-retrying', '--warn-retrying', [CompletionResultType]::ParameterName, 'WARNING when more than N pending events have failed at least once (retrying)')
+            [CompletionResult]::new('--crit-retrying', '--crit-retrying', [CompletionResultType]::ParameterName, 'CRITICAL when more than N pending events have failed at least once (retrying)')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('--check', '--check', [CompletionResultType]::ParameterName, 'Compare the totals with the thresholds below and print one Nagios status line with performance data (or --json). Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the database unreachable, bad arguments, or any other error), instead of the general ones. Needs at least one threshold')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
@@ -1006,6 +1019,32 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'outboxctl;doctor' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--warn-lag', '--warn-lag', [CompletionResultType]::ParameterName, 'WARN when the oldest pending event (by created_at) is older than this')
+            [CompletionResult]::new('--crit-lag', '--crit-lag', [CompletionResultType]::ParameterName, 'FAIL when the oldest pending event (by created_at) is older than this')
+            [CompletionResult]::new('--max-xact-age', '--max-xact-age', [CompletionResultType]::ParameterName, 'WARN when a transaction, prepared transaction or replication slot has held back vacuum''s xmin horizon for longer than this')
+            [CompletionResult]::new('--retention', '--retention', [CompletionResultType]::ParameterName, 'WARN when published events older than this are still in the table (prune is not running)')
+            [CompletionResult]::new('--lease', '--lease', [CompletionResultType]::ParameterName, 'The relay''s --lease, to check against --publish-timeout (the relay''s variable)')
+            [CompletionResult]::new('--publish-timeout', '--publish-timeout', [CompletionResultType]::ParameterName, 'The relay''s --publish-timeout [default: half the lease]')
+            [CompletionResult]::new('--sink', '--sink', [CompletionResultType]::ParameterName, 'The relay''s --sink: for nats://, the stream capturing the subject must keep duplicates for at least the retry horizon (placeholders in the subject are filled with a sample value)')
+            [CompletionResult]::new('--max-attempts', '--max-attempts', [CompletionResultType]::ParameterName, 'The relay''s --max-attempts, for the retry horizon')
+            [CompletionResult]::new('--backoff-base', '--backoff-base', [CompletionResultType]::ParameterName, 'The relay''s --backoff-base, for the retry horizon')
+            [CompletionResult]::new('--backoff-max', '--backoff-max', [CompletionResultType]::ParameterName, 'The relay''s --backoff-max, for the retry horizon')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'outboxctl;completions' {
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
@@ -1068,6 +1107,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('requeue', 'requeue', [CompletionResultType]::ParameterValue, 'Send dead-lettered events again, by ids or by filters (--all for every one)')
             [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
+            [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('demo', 'demo', [CompletionResultType]::ParameterValue, 'Show the tool end to end in a scratch schema, then drop it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune')
@@ -1132,6 +1172,9 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             break
         }
         'outboxctl;help;prune' {
+            break
+        }
+        'outboxctl;help;doctor' {
             break
         }
         'outboxctl;help;completions' {

@@ -41,6 +41,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand events 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand event 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
+            cand doctor 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check'
             cand completions 'Print a shell completion script'
             cand demo 'Show the tool end to end in a scratch schema, then drop it'
             cand bench 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
@@ -53,6 +54,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --log-format 'Log line format'
             cand --status 'List applied and pending migrations; change nothing'
             cand --dry-run 'List applied and pending migrations; change nothing'
+            cand --check 'Change nothing; exit 0 when the schema is up to date, 6 when migrations are pending (also a seed-era table `migrate` would adopt, or no outbox at all), 2 when existing tables conflict with migration 1. For init containers and deploy pipelines'
             cand --json 'Print JSON on stdout instead of a table'
             cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
             cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
@@ -130,8 +132,19 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
             cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
             cand --by 'Break the figures down by a column'
+            cand --format 'Output format: human (a table), json (the same as --json) or prometheus (text exposition, for node_exporter''s textfile collector) [default: human, json with --json]. An explicit --format wins over --json'
+            cand --output 'Write the output to this file instead of stdout, atomically: a temporary file in the same directory, renamed over PATH, so a reader (node_exporter) never sees half a file. With --format prometheus or json'
+            cand --warn-lag 'WARNING when the oldest pending event (by created_at) is older than this, e.g. 1m'
+            cand --crit-lag 'CRITICAL when the oldest pending event (by created_at) is older than this, e.g. 5m'
+            cand --warn-dead 'WARNING when more than N events are dead-lettered (0: any dead letter)'
+            cand --crit-dead 'CRITICAL when more than N events are dead-lettered'
+            cand --warn-backlog 'WARNING when more than N events are due and unpublished (ready + in flight; scheduled events are not backlog until due)'
+            cand --crit-backlog 'CRITICAL when more than N events are due and unpublished (ready + in flight)'
+            cand --warn-retrying 'WARNING when more than N pending events have failed at least once (retrying)'
+            cand --crit-retrying 'CRITICAL when more than N pending events have failed at least once (retrying)'
             cand --log-format 'Log line format'
             cand --json 'Print JSON on stdout instead of a table'
+            cand --check 'Compare the totals with the thresholds below and print one Nagios status line with performance data (or --json). Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the database unreachable, bad arguments, or any other error), instead of the general ones. Needs at least one threshold'
             cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
             cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
             cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
@@ -942,6 +955,31 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'outboxctl;doctor'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --warn-lag 'WARN when the oldest pending event (by created_at) is older than this'
+            cand --crit-lag 'FAIL when the oldest pending event (by created_at) is older than this'
+            cand --max-xact-age 'WARN when a transaction, prepared transaction or replication slot has held back vacuum''s xmin horizon for longer than this'
+            cand --retention 'WARN when published events older than this are still in the table (prune is not running)'
+            cand --lease 'The relay''s --lease, to check against --publish-timeout (the relay''s variable)'
+            cand --publish-timeout 'The relay''s --publish-timeout [default: half the lease]'
+            cand --sink 'The relay''s --sink: for nats://, the stream capturing the subject must keep duplicates for at least the retry horizon (placeholders in the subject are filled with a sample value)'
+            cand --max-attempts 'The relay''s --max-attempts, for the retry horizon'
+            cand --backoff-base 'The relay''s --backoff-base, for the retry horizon'
+            cand --backoff-max 'The relay''s --backoff-max, for the retry horizon'
+            cand --log-format 'Log line format'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'outboxctl;completions'= {
             cand --log-format 'Log line format'
             cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
@@ -1001,6 +1039,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand requeue 'Send dead-lettered events again, by ids or by filters (--all for every one)'
             cand events 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
+            cand doctor 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check'
             cand completions 'Print a shell completion script'
             cand demo 'Show the tool end to end in a scratch schema, then drop it'
             cand bench 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
@@ -1048,6 +1087,8 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;help;events;edit'= {
         }
         &'outboxctl;help;prune'= {
+        }
+        &'outboxctl;help;doctor'= {
         }
         &'outboxctl;help;completions'= {
         }

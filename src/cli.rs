@@ -79,6 +79,7 @@ pub enum Command {
     #[command(visible_alias = "event")]
     Events(EventsArgs),
     Prune(PruneArgs),
+    Doctor(DoctorArgs),
     Completions(CompletionsArgs),
     Demo(DemoArgs),
     Bench(BenchArgs),
@@ -159,6 +160,12 @@ pub struct MigrateArgs {
     /// List applied and pending migrations; change nothing.
     #[arg(long, visible_alias = "dry-run", env = "OUTBOXCTL_MIGRATE_STATUS", value_parser = FalseyValueParser::new())]
     pub status: bool,
+
+    /// Change nothing; exit 0 when the schema is up to date, 6 when migrations are pending
+    /// (also a seed-era table `migrate` would adopt, or no outbox at all), 2 when existing
+    /// tables conflict with migration 1. For init containers and deploy pipelines.
+    #[arg(long, env = "OUTBOXCTL_MIGRATE_CHECK", value_parser = FalseyValueParser::new())]
+    pub check: bool,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -414,6 +421,178 @@ pub struct StatsArgs {
     /// Break the figures down by a column.
     #[arg(long, env = "OUTBOXCTL_STATS_BY", value_enum)]
     pub by: Option<StatsBy>,
+
+    /// Output format: human (a table), json (the same as --json) or prometheus (text exposition,
+    /// for node_exporter's textfile collector) [default: human, json with --json]. An explicit
+    /// --format wins over --json.
+    #[arg(
+        long,
+        env = "OUTBOXCTL_STATS_FORMAT",
+        value_enum,
+        value_name = "FORMAT"
+    )]
+    pub format: Option<StatsFormat>,
+
+    /// Write the output to this file instead of stdout, atomically: a temporary file in the same
+    /// directory, renamed over PATH, so a reader (node_exporter) never sees half a file. With
+    /// --format prometheus or json.
+    #[arg(long = "output", env = "OUTBOXCTL_STATS_OUTPUT", value_name = "PATH")]
+    pub output_file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    // Last: its help heading applies to every argument after it.
+    #[command(flatten)]
+    pub check: StatsCheckArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatsFormat {
+    Human,
+    Json,
+    Prometheus,
+}
+
+/// `stats --check`: a Nagios-style plugin. A threshold trips when the value is greater than it.
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Check (Nagios plugin: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)")]
+pub struct StatsCheckArgs {
+    /// Compare the totals with the thresholds below and print one Nagios status line with
+    /// performance data (or --json). Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the
+    /// database unreachable, bad arguments, or any other error), instead of the general ones.
+    /// Needs at least one threshold.
+    #[arg(long, env = "OUTBOXCTL_STATS_CHECK", value_parser = FalseyValueParser::new())]
+    pub check: bool,
+
+    /// WARNING when the oldest pending event (by created_at) is older than this, e.g. 1m.
+    #[arg(long, env = "OUTBOXCTL_WARN_LAG", value_parser = parse_duration, value_name = "DURATION", requires = "check")]
+    pub warn_lag: Option<Duration>,
+
+    /// CRITICAL when the oldest pending event (by created_at) is older than this, e.g. 5m.
+    #[arg(long, env = "OUTBOXCTL_CRIT_LAG", value_parser = parse_duration, value_name = "DURATION", requires = "check")]
+    pub crit_lag: Option<Duration>,
+
+    /// WARNING when more than N events are dead-lettered (0: any dead letter).
+    #[arg(
+        long,
+        env = "OUTBOXCTL_WARN_DEAD",
+        value_name = "N",
+        requires = "check"
+    )]
+    pub warn_dead: Option<u64>,
+
+    /// CRITICAL when more than N events are dead-lettered.
+    #[arg(
+        long,
+        env = "OUTBOXCTL_CRIT_DEAD",
+        value_name = "N",
+        requires = "check"
+    )]
+    pub crit_dead: Option<u64>,
+
+    /// WARNING when more than N events are due and unpublished (ready + in flight; scheduled
+    /// events are not backlog until due).
+    #[arg(
+        long,
+        env = "OUTBOXCTL_WARN_BACKLOG",
+        value_name = "N",
+        requires = "check"
+    )]
+    pub warn_backlog: Option<u64>,
+
+    /// CRITICAL when more than N events are due and unpublished (ready + in flight).
+    #[arg(
+        long,
+        env = "OUTBOXCTL_CRIT_BACKLOG",
+        value_name = "N",
+        requires = "check"
+    )]
+    pub crit_backlog: Option<u64>,
+
+    /// WARNING when more than N pending events have failed at least once (retrying).
+    #[arg(
+        long,
+        env = "OUTBOXCTL_WARN_RETRYING",
+        value_name = "N",
+        requires = "check"
+    )]
+    pub warn_retrying: Option<u64>,
+
+    /// CRITICAL when more than N pending events have failed at least once (retrying).
+    #[arg(
+        long,
+        env = "OUTBOXCTL_CRIT_RETRYING",
+        value_name = "N",
+        requires = "check"
+    )]
+    pub crit_retrying: Option<u64>,
+}
+
+/// Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check.
+///
+/// Checks: migrations; each index and the NOTIFY trigger (present, valid); dead tuples, table and
+/// index bloat, last (auto)vacuum and analyze, autovacuum settings; the xmin horizon (transactions,
+/// prepared transactions and replication slots holding back vacuum); relay daemons connected; dead
+/// letters and retrying events; the oldest pending event; whether prune runs; and, when given the
+/// relay's settings, whether they contradict each other or the sink (a NATS stream's duplicate
+/// window shorter than the retry horizon). Reads only.
+///
+/// Exit codes: 0 every check passed, 1 a warning (and no failure), 2 a failure, 3 the database
+/// could not be reached.
+///
+/// Example: outboxctl doctor --lease 30s --publish-timeout 10s --sink 'nats://127.0.0.1:4222?subject=outbox.{event_type}'
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// WARN when the oldest pending event (by created_at) is older than this.
+    #[arg(long, env = "OUTBOXCTL_DOCTOR_WARN_LAG", default_value = "5m", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub warn_lag: Duration,
+
+    /// FAIL when the oldest pending event (by created_at) is older than this.
+    #[arg(long, env = "OUTBOXCTL_DOCTOR_CRIT_LAG", default_value = "1h", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub crit_lag: Duration,
+
+    /// WARN when a transaction, prepared transaction or replication slot has held back vacuum's
+    /// xmin horizon for longer than this.
+    #[arg(long, env = "OUTBOXCTL_DOCTOR_MAX_XACT_AGE", default_value = "5m", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub max_xact_age: Duration,
+
+    /// WARN when published events older than this are still in the table (prune is not running).
+    #[arg(long, env = "OUTBOXCTL_DOCTOR_RETENTION", default_value = "30d", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub retention: Duration,
+
+    /// The relay's --lease, to check against --publish-timeout (the relay's variable).
+    #[arg(long, env = "OUTBOXCTL_LEASE", value_parser = parse_nonzero_duration, value_name = "DURATION", help_heading = "Relay settings to check")]
+    pub lease: Option<Duration>,
+
+    /// The relay's --publish-timeout [default: half the lease].
+    #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION", help_heading = "Relay settings to check")]
+    pub publish_timeout: Option<Duration>,
+
+    /// The relay's --sink: for nats://, the stream capturing the subject must keep duplicates for
+    /// at least the retry horizon (placeholders in the subject are filled with a sample value).
+    #[arg(
+        long,
+        env = "OUTBOXCTL_SINK",
+        value_name = "SINK",
+        help_heading = "Relay settings to check"
+    )]
+    pub sink: Option<String>,
+
+    /// The relay's --max-attempts, for the retry horizon.
+    #[arg(long, env = "OUTBOXCTL_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000), help_heading = "Relay settings to check")]
+    pub max_attempts: u32,
+
+    /// The relay's --backoff-base, for the retry horizon.
+    #[arg(long, env = "OUTBOXCTL_BACKOFF_BASE", default_value = "1s", value_parser = parse_nonzero_duration, value_name = "DURATION", help_heading = "Relay settings to check")]
+    pub backoff_base: Duration,
+
+    /// The relay's --backoff-max, for the retry horizon.
+    #[arg(long, env = "OUTBOXCTL_BACKOFF_MAX", default_value = "5m", value_parser = parse_nonzero_duration, value_name = "DURATION", help_heading = "Relay settings to check")]
+    pub backoff_max: Duration,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -1161,8 +1340,71 @@ pub fn command() -> clap::Command {
 
 /// Parses the process's command line with [`try_parse_from`]; on an error prints it and exits
 /// (2 for usage errors, 0 for --help and --version).
+///
+/// `stats --check` is a Nagios plugin: a usage error there prints `OUTBOX UNKNOWN - ...` on stdout
+/// and exits 3 (UNKNOWN) instead of 2.
 pub fn parse() -> Cli {
-    try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    try_parse_from(&args).unwrap_or_else(|e| {
+        if e.use_stderr() && is_nagios_check(&args, |k| std::env::var_os(k)) {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            println!(
+                "OUTBOX UNKNOWN - {}",
+                first.strip_prefix("error: ").unwrap_or(first)
+            );
+            let _ = e.print();
+            std::process::exit(i32::from(crate::exit::nagios::UNKNOWN));
+        }
+        e.exit()
+    })
+}
+
+/// Whether a command line asks for `stats --check` (typed, or `OUTBOXCTL_STATS_CHECK` on), so
+/// that even its usage errors follow the Nagios exit codes.
+pub fn is_nagios_check(
+    args: &[std::ffi::OsString],
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> bool {
+    let words: Vec<&str> = args.iter().skip(1).filter_map(|a| a.to_str()).collect();
+    // The subcommand is the first word that names one (`--schema stats migrate` is `migrate`).
+    let cmd = command();
+    let names: Vec<&str> = cmd
+        .get_subcommands()
+        .flat_map(|s| std::iter::once(s.get_name()).chain(s.get_all_aliases()))
+        .collect();
+    let mut sub = None;
+    let mut rest = words.iter();
+    while let Some(w) = rest.next() {
+        if [
+            "--database-url",
+            "--schema",
+            "--connect-timeout",
+            "--log-format",
+        ]
+        .contains(w)
+        {
+            rest.next(); // the flag's value
+        } else if names.contains(w) {
+            sub = Some(*w);
+            break;
+        }
+    }
+    if sub != Some("stats") {
+        return false;
+    }
+    let typed = words
+        .iter()
+        .any(|w| *w == "--check" || w.starts_with("--check="));
+    let from_env = env("OUTBOXCTL_STATS_CHECK")
+        .and_then(|v| v.into_string().ok())
+        .is_some_and(|v| {
+            !matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "" | "0" | "false" | "no" | "off" | "n" | "f"
+            )
+        });
+    typed || from_env
 }
 
 /// Parses a command line with [`command`]'s rules, then resolves the shared flags given before
@@ -1380,6 +1622,7 @@ impl Command {
                 EventsCommand::Edit(a) => (Some(&mut a.db), Some(&mut a.output)),
             },
             Command::Prune(a) => (Some(&mut a.db), Some(&mut a.output)),
+            Command::Doctor(a) => (Some(&mut a.db), Some(&mut a.output)),
             Command::Completions(_) => (None, None),
             Command::Demo(a) => (Some(&mut a.db), None),
             Command::Bench(a) => (Some(&mut a.db), Some(&mut a.output)),
@@ -1512,6 +1755,37 @@ mod tests {
             err.to_string().contains("must be greater than zero"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn nagios_check_is_recognised_typed_or_from_the_environment() {
+        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let none = |_: &str| None;
+        let on = |_: &str| Some(std::ffi::OsString::from("1"));
+        let off = |_: &str| Some(std::ffi::OsString::from("off"));
+        assert!(is_nagios_check(&args(&["o", "stats", "--check"]), none));
+        assert!(is_nagios_check(
+            &args(&["o", "stats", "--check=true"]),
+            none
+        ));
+        assert!(is_nagios_check(
+            &args(&["o", "stats", "--warn-lag", "x"]),
+            on
+        ));
+        assert!(!is_nagios_check(
+            &args(&["o", "stats", "--warn-lag", "x"]),
+            off
+        ));
+        assert!(!is_nagios_check(&args(&["o", "migrate", "--check"]), none));
+        assert!(!is_nagios_check(&args(&["o", "stats"]), none));
+        assert!(!is_nagios_check(
+            &args(&["o", "--schema", "stats", "migrate", "--check"]),
+            none
+        ));
+        assert!(is_nagios_check(
+            &args(&["o", "--schema", "x", "stats", "--check"]),
+            none
+        ));
     }
 
     #[test]

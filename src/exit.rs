@@ -15,9 +15,36 @@ pub const LOCKED: u8 = 4;
 /// `relay`: the sink failed: every publish of a `--once` run failed, the sink was unavailable
 /// during a `--once` run (rows given back untouched), or a local consumer stalled.
 pub const SINK: u8 = 5;
+/// `migrate --check`: migrations are pending (or seed-era tables wait to be adopted, or there is
+/// no outbox yet): run `outboxctl migrate`.
+pub const MIGRATIONS_PENDING: u8 = 6;
 /// Stopped by SIGINT or SIGTERM before finishing (`demo`; the relay's second signal), after
 /// cleaning up what could be cleaned up.
 pub const INTERRUPTED: u8 = 130;
+
+/// The Nagios plugin exit codes of `stats --check`, which replace the general ones above for that
+/// command (README "Exit codes"): every error there, bad arguments included, is [`nagios::UNKNOWN`].
+pub mod nagios {
+    /// Every threshold is met.
+    pub const OK: u8 = 0;
+    /// A warning threshold is exceeded (and no critical one).
+    pub const WARNING: u8 = 1;
+    /// A critical threshold is exceeded.
+    pub const CRITICAL: u8 = 2;
+    /// The state could not be determined: the database unreachable, bad arguments, any error.
+    pub const UNKNOWN: u8 = 3;
+}
+
+/// The exit codes of `outboxctl doctor`: the worst check decides. A database that cannot be
+/// reached is still [`DATABASE`] (3).
+pub mod doctor {
+    /// Every check passed.
+    pub const PASS: u8 = 0;
+    /// At least one check warned, none failed.
+    pub const WARN: u8 = 1;
+    /// At least one check failed.
+    pub const FAIL: u8 = 2;
+}
 
 /// An error that carries its exit code. Anything else maps to [`FAILURE`].
 #[derive(Debug, thiserror::Error)]

@@ -47,6 +47,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Prune(args) => cmd::prune::run(args).await,
             Command::Relay(args) => cmd::relay::run(args, log_format).await,
             Command::Demo(args) => cmd::demo::run(args).await,
+            Command::Doctor(args) => cmd::doctor::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Completions(_) => unreachable!("handled above"),
         }

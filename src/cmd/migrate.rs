@@ -20,9 +20,87 @@ struct ApplyReport<'a> {
     migrations: Vec<MigrationStatus>,
 }
 
+/// `migrate --check --json`.
+#[derive(Debug, Serialize)]
+struct CheckReport<'a> {
+    schema: &'a str,
+    /// No migration is pending, adoptable or conflicting.
+    up_to_date: bool,
+    /// Versions `outboxctl migrate` would apply (an adoptable migration 1 included).
+    pending: Vec<i64>,
+    /// Migration 1's tables exist and differ: `migrate` refuses (exit 2).
+    conflict: bool,
+    exit_code: u8,
+    migrations: Vec<MigrationStatus>,
+}
+
+/// The exit code of `migrate --check` for these states: conflict first (a person must act), then
+/// pending, else OK.
+pub fn check_code(migrations: &[MigrationStatus]) -> u8 {
+    if migrations.iter().any(|m| m.state == State::Conflict) {
+        crate::exit::USAGE
+    } else if migrations
+        .iter()
+        .any(|m| matches!(m.state, State::Pending | State::Adoptable))
+    {
+        crate::exit::MIGRATIONS_PENDING
+    } else {
+        crate::exit::OK
+    }
+}
+
+async fn check(conn: &mut sqlx::PgConnection, cfg: &DbConfig, json: bool) -> anyhow::Result<u8> {
+    let migrations = db::migrate::status(conn, &cfg.schema).await?;
+    let code = check_code(&migrations);
+    let pending: Vec<i64> = migrations
+        .iter()
+        .filter(|m| matches!(m.state, State::Pending | State::Adoptable | State::Conflict))
+        .map(|m| m.version)
+        .collect();
+    let name = cfg.schema.name();
+    if json {
+        output::print_json(&CheckReport {
+            schema: name,
+            up_to_date: code == crate::exit::OK,
+            pending,
+            conflict: code == crate::exit::USAGE,
+            exit_code: code,
+            migrations,
+        })?;
+        return Ok(code);
+    }
+    let list = pending
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match code {
+        crate::exit::OK => output::print_summary(format_args!(
+            "schema `{name}` is up to date ({})",
+            output::plural(migrations.len() as u64, "migration", "migrations")
+        ))?,
+        crate::exit::USAGE => output::print_line(format_args!(
+            "schema `{name}` has outbox tables that conflict with migration 1, so `outboxctl migrate` refuses them; see `outboxctl migrate --status --schema {name}`"
+        ))?,
+        _ => output::print_line(format_args!(
+            "schema `{name}` has {} pending: {list}{}; run `outboxctl migrate --schema {name}`",
+            output::plural(pending.len() as u64, "migration", "migrations"),
+            if migrations.iter().any(|m| m.state == State::Adoptable) {
+                " (migration 1 adopts the existing seed-era tables)"
+            } else {
+                ""
+            }
+        ))?,
+    }
+    Ok(code)
+}
+
 pub async fn run(args: MigrateArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let mut conn = db::connect(&cfg).await?;
+    if args.check {
+        return check(&mut conn, &cfg, args.output.json).await;
+    }
     if args.status {
         let migrations = db::migrate::status(&mut conn, &cfg.schema).await?;
         if args.output.json {

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod completions;
 pub mod dead;
 pub mod demo;
+pub mod doctor;
 pub mod edit;
 pub mod events;
 pub mod migrate;

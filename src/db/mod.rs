@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod dead;
+pub mod doctor;
 pub mod events;
 pub mod metrics;
 pub mod migrate;
