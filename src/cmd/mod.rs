@@ -8,6 +8,7 @@ pub mod demo;
 pub mod edit;
 pub mod events;
 pub mod migrate;
+pub mod ordering;
 pub mod prune;
 pub mod publish;
 pub mod relay;

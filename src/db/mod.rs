@@ -8,6 +8,7 @@ pub mod audit;
 pub mod dead;
 pub mod events;
 pub mod migrate;
+pub mod ordering;
 pub mod prune;
 pub mod publish;
 pub mod relay;

@@ -57,6 +57,9 @@ pub enum RelayEvent {
     /// per [`FAILURE_WARN_EVERY`], with the first error text and how many failures the line
     /// stands for. Outages are the daemon's circuit's; dead letters have their own line.
     SinkFailed { failures: u64, error: String },
+    /// The relay read a changed `outbox_ordering` (or, at its first claim, found ordering on):
+    /// from this claim on it orders these aggregate types (`all`: every type; neither: none).
+    OrderingChanged { all: bool, types: Vec<String> },
     /// First SIGTERM/SIGINT.
     ShutdownRequested,
     /// Second SIGTERM/SIGINT: the process exits at once.
@@ -94,6 +97,15 @@ impl RelayEvent {
                 attempts,
                 error = error.as_str(),
                 "event dead-lettered"
+            ),
+            RelayEvent::OrderingChanged { all, types } => tracing::info!(
+                ordered_types = if *all { "*".to_owned() } else { types.join(",") },
+                "ordered delivery per key: {}",
+                match (all, types.is_empty()) {
+                    (true, _) => "on for every aggregate type".to_owned(),
+                    (false, true) => "off".to_owned(),
+                    (false, false) => format!("on for {}", types.join(", ")),
+                }
             ),
             RelayEvent::LeaseLost { rows, claim_token } => tracing::warn!(
                 lease_lost = rows,

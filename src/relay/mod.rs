@@ -10,6 +10,7 @@
 
 pub mod daemon;
 pub mod events;
+pub mod ordering;
 pub mod step;
 
 use std::time::Duration;

@@ -18,6 +18,7 @@ mod logs;
 mod memory;
 mod migrate;
 mod nats_sink;
+mod ordering;
 mod outage;
 mod pg_cluster;
 mod pipes;
