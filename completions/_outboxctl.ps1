@@ -41,6 +41,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('dead', 'dead', [CompletionResultType]::ParameterValue, 'Dead letters: list, show, discard and export events the relay gave up on')
             [CompletionResult]::new('dlq', 'dlq', [CompletionResultType]::ParameterValue, 'Dead letters: list, show, discard and export events the relay gave up on')
             [CompletionResult]::new('requeue', 'requeue', [CompletionResultType]::ParameterValue, 'Send dead-lettered events again, by ids or by filters (--all for every one)')
+            [CompletionResult]::new('ordering', 'ordering', [CompletionResultType]::ParameterValue, 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.')
             [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('event', 'event', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
@@ -584,6 +585,119 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'outboxctl;ordering' {
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('enable', 'enable', [CompletionResultType]::ParameterValue, 'Switch ordered delivery on, for every aggregate type or the named ones (or change --on-dead)')
+            [CompletionResult]::new('disable', 'disable', [CompletionResultType]::ParameterValue, 'Switch ordered delivery off, for the named aggregate types or (without --aggregate-type) entirely')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Which aggregate types are ordered, their --on-dead, and how many keys are blocked')
+            [CompletionResult]::new('skip', 'skip', [CompletionResultType]::ParameterValue, 'Skip a key''s head so the rest of the key flows: a dead head that blocks its key stops blocking it; a pending head (not in flight) is dead-lettered without blocking. Audited')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'outboxctl;ordering;enable' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--aggregate-type', '--aggregate-type', [CompletionResultType]::ParameterName, 'An aggregate type to order (repeatable); without it every type is ordered')
+            [CompletionResult]::new('--on-dead', '--on-dead', [CompletionResultType]::ParameterName, 'What a dead-lettered head does to its key')
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why, recorded in the audit table')
+            [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'outboxctl;ordering;disable' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--aggregate-type', '--aggregate-type', [CompletionResultType]::ParameterName, 'An aggregate type to stop ordering (repeatable; `*` is the every-type switch); without it ordering is switched off for every type')
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why, recorded in the audit table')
+            [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'outboxctl;ordering;status' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'outboxctl;ordering;skip' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why, recorded in the audit table')
+            [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'outboxctl;ordering;help' {
+            [CompletionResult]::new('enable', 'enable', [CompletionResultType]::ParameterValue, 'Switch ordered delivery on, for every aggregate type or the named ones (or change --on-dead)')
+            [CompletionResult]::new('disable', 'disable', [CompletionResultType]::ParameterValue, 'Switch ordered delivery off, for the named aggregate types or (without --aggregate-type) entirely')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Which aggregate types are ordered, their --on-dead, and how many keys are blocked')
+            [CompletionResult]::new('skip', 'skip', [CompletionResultType]::ParameterValue, 'Skip a key''s head so the rest of the key flows: a dead head that blocks its key stops blocking it; a pending head (not in flight) is dead-lettered without blocking. Audited')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'outboxctl;ordering;help;enable' {
+            break
+        }
+        'outboxctl;ordering;help;disable' {
+            break
+        }
+        'outboxctl;ordering;help;status' {
+            break
+        }
+        'outboxctl;ordering;help;skip' {
+            break
+        }
+        'outboxctl;ordering;help;help' {
+            break
+        }
         'outboxctl;events' {
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
@@ -1105,6 +1219,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('stats', 'stats', [CompletionResultType]::ParameterValue, 'Backlog, lag, in-flight, dead letters and throughput')
             [CompletionResult]::new('dead', 'dead', [CompletionResultType]::ParameterValue, 'Dead letters: list, show, discard and export events the relay gave up on')
             [CompletionResult]::new('requeue', 'requeue', [CompletionResultType]::ParameterValue, 'Send dead-lettered events again, by ids or by filters (--all for every one)')
+            [CompletionResult]::new('ordering', 'ordering', [CompletionResultType]::ParameterValue, 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.')
             [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check')
@@ -1146,6 +1261,25 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             break
         }
         'outboxctl;help;requeue' {
+            break
+        }
+        'outboxctl;help;ordering' {
+            [CompletionResult]::new('enable', 'enable', [CompletionResultType]::ParameterValue, 'Switch ordered delivery on, for every aggregate type or the named ones (or change --on-dead)')
+            [CompletionResult]::new('disable', 'disable', [CompletionResultType]::ParameterValue, 'Switch ordered delivery off, for the named aggregate types or (without --aggregate-type) entirely')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Which aggregate types are ordered, their --on-dead, and how many keys are blocked')
+            [CompletionResult]::new('skip', 'skip', [CompletionResultType]::ParameterValue, 'Skip a key''s head so the rest of the key flows: a dead head that blocks its key stops blocking it; a pending head (not in flight) is dead-lettered without blocking. Audited')
+            break
+        }
+        'outboxctl;help;ordering;enable' {
+            break
+        }
+        'outboxctl;help;ordering;disable' {
+            break
+        }
+        'outboxctl;help;ordering;status' {
+            break
+        }
+        'outboxctl;help;ordering;skip' {
             break
         }
         'outboxctl;help;events' {

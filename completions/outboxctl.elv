@@ -38,6 +38,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand dead 'Dead letters: list, show, discard and export events the relay gave up on'
             cand dlq 'Dead letters: list, show, discard and export events the relay gave up on'
             cand requeue 'Send dead-lettered events again, by ids or by filters (--all for every one)'
+            cand ordering 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.'
             cand events 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand event 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
@@ -549,6 +550,108 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'outboxctl;ordering'= {
+            cand --log-format 'Log line format'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand enable 'Switch ordered delivery on, for every aggregate type or the named ones (or change --on-dead)'
+            cand disable 'Switch ordered delivery off, for the named aggregate types or (without --aggregate-type) entirely'
+            cand status 'Which aggregate types are ordered, their --on-dead, and how many keys are blocked'
+            cand skip 'Skip a key''s head so the rest of the key flows: a dead head that blocks its key stops blocking it; a pending head (not in flight) is dead-lettered without blocking. Audited'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'outboxctl;ordering;enable'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --aggregate-type 'An aggregate type to order (repeatable); without it every type is ordered'
+            cand --on-dead 'What a dead-lettered head does to its key'
+            cand --reason 'Why, recorded in the audit table'
+            cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
+            cand --log-format 'Log line format'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;ordering;disable'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --aggregate-type 'An aggregate type to stop ordering (repeatable; `*` is the every-type switch); without it ordering is switched off for every type'
+            cand --reason 'Why, recorded in the audit table'
+            cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
+            cand --log-format 'Log line format'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;ordering;status'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --log-format 'Log line format'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;ordering;skip'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --reason 'Why, recorded in the audit table'
+            cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
+            cand --log-format 'Log line format'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;ordering;help'= {
+            cand enable 'Switch ordered delivery on, for every aggregate type or the named ones (or change --on-dead)'
+            cand disable 'Switch ordered delivery off, for the named aggregate types or (without --aggregate-type) entirely'
+            cand status 'Which aggregate types are ordered, their --on-dead, and how many keys are blocked'
+            cand skip 'Skip a key''s head so the rest of the key flows: a dead head that blocks its key stops blocking it; a pending head (not in flight) is dead-lettered without blocking. Audited'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'outboxctl;ordering;help;enable'= {
+        }
+        &'outboxctl;ordering;help;disable'= {
+        }
+        &'outboxctl;ordering;help;status'= {
+        }
+        &'outboxctl;ordering;help;skip'= {
+        }
+        &'outboxctl;ordering;help;help'= {
+        }
         &'outboxctl;events'= {
             cand --log-format 'Log line format'
             cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
@@ -1037,6 +1140,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand stats 'Backlog, lag, in-flight, dead letters and throughput'
             cand dead 'Dead letters: list, show, discard and export events the relay gave up on'
             cand requeue 'Send dead-lettered events again, by ids or by filters (--all for every one)'
+            cand ordering 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.'
             cand events 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
             cand doctor 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check'
@@ -1068,6 +1172,20 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;help;dead;export'= {
         }
         &'outboxctl;help;requeue'= {
+        }
+        &'outboxctl;help;ordering'= {
+            cand enable 'Switch ordered delivery on, for every aggregate type or the named ones (or change --on-dead)'
+            cand disable 'Switch ordered delivery off, for the named aggregate types or (without --aggregate-type) entirely'
+            cand status 'Which aggregate types are ordered, their --on-dead, and how many keys are blocked'
+            cand skip 'Skip a key''s head so the rest of the key flows: a dead head that blocks its key stops blocking it; a pending head (not in flight) is dead-lettered without blocking. Audited'
+        }
+        &'outboxctl;help;ordering;enable'= {
+        }
+        &'outboxctl;help;ordering;disable'= {
+        }
+        &'outboxctl;help;ordering;status'= {
+        }
+        &'outboxctl;help;ordering;skip'= {
         }
         &'outboxctl;help;events'= {
             cand list 'Events, newest first, with their state'

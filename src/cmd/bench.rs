@@ -389,6 +389,7 @@ async fn start_daemon(
             shutdown_grace: Duration::from_secs(5),
             failpoint: None,
         },
+        ordering: Default::default(),
     };
     let settings = DaemonSettings {
         poll_interval: Duration::from_secs(5),

@@ -35,6 +35,7 @@ async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
     check_filter(&mut conn, &filter).await?;
+    let blocking = db::ordering::blocking_heads(&mut conn).await?;
     view::print_list(
         &mut conn,
         Scope::Dead,
@@ -43,6 +44,7 @@ async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
         args.output.json,
         "no dead-lettered events match",
         view::DEAD_TABLE,
+        &blocking,
     )
     .await?;
     Ok(OK)

@@ -130,6 +130,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
             shutdown_grace: Duration::from_secs(5),
             failpoint: None,
         },
+        ordering: Default::default(),
     };
     let never = CancellationToken::new();
     say("relay --once: the ready events go to stdout; the delayed one waits");

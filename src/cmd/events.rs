@@ -76,6 +76,7 @@ async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
         args.output.json,
         "no events match",
         view::EVENTS_TABLE,
+        &Default::default(),
     )
     .await?;
     Ok(OK)

@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod edit;
 pub mod events;
 pub mod migrate;
+pub mod ordering;
 pub mod prune;
 pub mod publish;
 pub mod relay;

@@ -91,6 +91,7 @@ pub async fn build(
             shutdown_grace: args.shutdown_timeout,
             failpoint,
         },
+        ordering: Default::default(),
     };
     Ok((relay, cfg))
 }

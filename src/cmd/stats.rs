@@ -52,6 +52,9 @@ pub struct StatsReport {
     pub table_rows_estimate: Option<i64>,
     #[serde(flatten)]
     pub total: Figures,
+    /// Ordered keys blocked by a dead-lettered head (`ordering`); absent before migration 6.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<db::ordering::Blocked>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -76,6 +79,7 @@ pub async fn collect(
     let dead = db::stats::dead(&mut tx, group).await?;
     let published = db::stats::published_recent(&mut tx, group).await?;
     let rows = db::stats::table_rows_estimate(&mut tx).await?;
+    let blocked = db::ordering::blocked_if_migrated(&mut tx).await?;
     tx.commit().await?;
 
     let secs = |t: Option<DateTime<Utc>>| {
@@ -131,6 +135,7 @@ pub async fn collect(
         throughput_per_second: total.published_last_minute as f64 / 60.0,
         table_rows_estimate: rows,
         total,
+        blocked,
         by: by.map(|b| match b {
             StatsBy::EventType => "event-type".into(),
             StatsBy::Tenant => "tenant".into(),
@@ -680,6 +685,16 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
             None => "rows in table unknown (never analysed)".into(),
         }
     ))?;
+    if let Some(b) = r.blocked.as_ref().filter(|b| b.blocked_keys > 0) {
+        output::print_line(format_args!(
+            "blocked: {} holding {}, the oldest since {} (see `outboxctl dead list`)",
+            output::plural(b.blocked_keys as u64, "ordered key", "ordered keys"),
+            output::plural(b.blocked_events as u64, "event", "events"),
+            b.oldest_blocked_at
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_default()
+        ))?;
+    }
     Ok(())
 }
 

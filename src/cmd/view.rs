@@ -144,6 +144,7 @@ pub const TABLE_PAGE: usize = 1000;
 /// [`EventList`]'s shape (count first, so it is counted first, in the same snapshot), else a
 /// message when empty, or tables of [`TABLE_PAGE`] rows and a note on stderr when more rows
 /// matched than `limit`. Memory does not grow with `limit`.
+#[allow(clippy::too_many_arguments)]
 pub async fn print_list(
     conn: &mut PgConnection,
     scope: Scope<'_>,
@@ -152,7 +153,17 @@ pub async fn print_list(
     json: bool,
     empty: &str,
     kind: TableKind,
+    blocking: &std::collections::HashMap<i64, i64>,
 ) -> anyhow::Result<()> {
+    /// A listed event, with the events it holds back when it is a dead head blocking its
+    /// ordered key (`blocking`, only then).
+    #[derive(serde::Serialize)]
+    struct Listed<'a> {
+        #[serde(flatten)]
+        row: &'a EventRow,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        blocking: Option<i64>,
+    }
     let mut tx = db::events::begin_snapshot(conn).await?;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
     if json {
@@ -166,7 +177,10 @@ pub async fn print_list(
             "events",
         )?;
         db::events::for_each(&mut tx, scope, filter, None, Some(limit), |row| {
-            list.push(&row)
+            list.push(&Listed {
+                row: &row,
+                blocking: blocking.get(&row.id).copied(),
+            })
         })
         .await?;
         list.finish()?;
@@ -180,7 +194,14 @@ pub async fn print_list(
                 return Ok(());
             }
             shown += 1;
-            page.push((kind.cells)(&row));
+            let mut cells = (kind.cells)(&row);
+            if let (Some(n), Some(last)) = (blocking.get(&row.id), cells.last_mut()) {
+                *last = format!(
+                    "blocking {} of its key; {last}",
+                    output::plural(*n as u64, "event", "events")
+                );
+            }
+            page.push(cells);
             if page.len() == TABLE_PAGE {
                 print_table(kind, std::mem::take(&mut page))?;
             }

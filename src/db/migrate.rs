@@ -31,6 +31,8 @@ pub const RELAY_SCHEMA: i64 = 2;
 pub const AUDIT_SCHEMA: i64 = 4;
 /// The migration that lets the audit trail record `events edit`.
 pub const EDIT_SCHEMA: i64 = 5;
+/// Migration 6: `outbox_ordering`, the key index, `blocks_key` (ordered delivery per aggregate).
+pub const ORDERING_SCHEMA: i64 = 6;
 
 /// Where one migration stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

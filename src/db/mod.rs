@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod events;
 pub mod metrics;
 pub mod migrate;
+pub mod ordering;
 pub mod prune;
 pub mod publish;
 pub mod relay;

@@ -60,14 +60,14 @@ fn jsonb_size(col: &str) -> String {
 /// filter locks and sizes all 500 (in tx mode the locks would be held through the publish). The
 /// windows have no ORDER BY: the rows arrive in claim order, and an ORDER BY would add a Sort
 /// that pulls every row first (LockRows hands on no sort order).
-fn within_budget(budget: &str) -> String {
+fn within_budget(budget: &str, ready: &str) -> String {
     format!(
         "SELECT ctid, over_budget FROM (
             SELECT ctid, count(*) FILTER (WHERE run > {budget} AND n > 1)
                          OVER (ROWS UNBOUNDED PRECEDING) AS over_budget
               FROM (SELECT ctid, row_number() OVER w AS n,
                            sum({} + {}) OVER w AS run
-                      FROM ({READY}) r
+                      FROM ({ready}) r
                     WINDOW w AS (ROWS UNBOUNDED PRECEDING)) sized
            ) counted
          WHERE over_budget <= 1",
@@ -110,7 +110,8 @@ impl Claim {
 
 /// The claim statement around `set`: the rows of [`within_budget`] that fit, updated by TID,
 /// returning [`RETURNING`] and whether the budget ended the batch.
-fn claim_sql(set: &str, budget: &str) -> String {
+/// `ready` is [`READY`], or [`ready_filtered`] beside ordered types.
+fn claim_sql(set: &str, budget: &str, ready: &str) -> String {
     format!(
         "WITH sized AS MATERIALIZED ({})
          UPDATE outbox o
@@ -118,29 +119,45 @@ fn claim_sql(set: &str, budget: &str) -> String {
           WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM sized WHERE over_budget = 0))
           {RETURNING},
           EXISTS (SELECT FROM sized WHERE over_budget > 0) AS budget_reached",
-        within_budget(budget)
+        within_budget(budget, ready)
     )
+}
+
+/// [`READY`] with one more condition (`filter`, ending in `AND `) before its own: how the ordered
+/// types are kept out of the unordered claim (`db::ordering`).
+pub fn ready_filtered(filter: &str) -> String {
+    READY.replacen("WHERE ", &format!("WHERE {filter}"), 1)
 }
 
 /// The lease claim: `$1` row limit, `$2` lease in microseconds, `$3` claim token, `$4` byte
 /// budget.
 pub fn claim_lease_sql() -> String {
+    claim_lease_sql_from(READY)
+}
+
+fn claim_lease_sql_from(ready: &str) -> String {
     claim_sql(
         "locked_until = now() + $2 * interval '1 microsecond',
                 attempt_count = o.attempt_count + 1,
                 claim_token = $3",
         "$4",
+        ready,
     )
 }
 
 /// The in-transaction claim: `$1` row limit, `$2` byte budget.
 pub fn claim_tx_sql() -> String {
+    claim_tx_sql_from(READY)
+}
+
+fn claim_tx_sql_from(ready: &str) -> String {
     claim_sql(
         "published_at = now(),
                 locked_until = NULL,
                 attempt_count = o.attempt_count + 1,
                 last_error = NULL",
         "$2",
+        ready,
     )
 }
 
@@ -156,7 +173,29 @@ pub async fn claim_lease(
     lease: Duration,
     token: Uuid,
 ) -> sqlx::Result<Claim> {
-    sqlx::query_as(&claim_lease_sql())
+    claim_lease_on(conn, limit, lease, token, &claim_lease_sql()).await
+}
+
+/// [`claim_lease`] over [`ready_filtered`]`(filter)`.
+pub async fn claim_lease_filtered(
+    conn: &mut PgConnection,
+    limit: BatchLimit,
+    lease: Duration,
+    token: Uuid,
+    filter: &str,
+) -> sqlx::Result<Claim> {
+    let sql = claim_lease_sql_from(&ready_filtered(filter));
+    claim_lease_on(conn, limit, lease, token, &sql).await
+}
+
+async fn claim_lease_on(
+    conn: &mut PgConnection,
+    limit: BatchLimit,
+    lease: Duration,
+    token: Uuid,
+    sql: &str,
+) -> sqlx::Result<Claim> {
+    sqlx::query_as(sql)
         .bind(limit.rows)
         .bind(micros(lease))
         .bind(token)
@@ -171,7 +210,20 @@ pub async fn claim_lease(
 /// open transaction. The caller publishes, reverts failures with [`revert_tx`], then commits; if
 /// it dies instead, the transaction rolls back and the rows are claimable again.
 pub async fn claim_tx(conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {
-    sqlx::query_as(&claim_tx_sql())
+    claim_tx_on(conn, limit, &claim_tx_sql()).await
+}
+
+/// [`claim_tx`] over [`ready_filtered`]`(filter)`.
+pub async fn claim_tx_filtered(
+    conn: &mut PgConnection,
+    limit: BatchLimit,
+    filter: &str,
+) -> sqlx::Result<Claim> {
+    claim_tx_on(conn, limit, &claim_tx_sql_from(&ready_filtered(filter))).await
+}
+
+async fn claim_tx_on(conn: &mut PgConnection, limit: BatchLimit, sql: &str) -> sqlx::Result<Claim> {
+    sqlx::query_as(sql)
         .bind(limit.rows)
         .bind(limit.bytes)
         .persistent(true)

@@ -221,6 +221,10 @@ pub struct DaemonSettings {
     pub health: Arc<Health>,
 }
 
+/// How soon a daemon that claimed nothing looks again while ordering is on and rows are due (a
+/// key's head was leased by another relay, backing off, or blocked), unless woken by a NOTIFY.
+pub const ORDERED_RETRY: Duration = Duration::from_millis(200);
+
 /// The heartbeat's default interval.
 pub const HEARTBEAT: Duration = Duration::from_secs(60);
 
@@ -327,7 +331,12 @@ pub async fn daemon(
                 .flatten(),
             Err(_) => None,
         };
-        let wait = wait_time(due, claimed_none, settings.poll_interval);
+        let mut wait = wait_time(due, claimed_none, settings.poll_interval);
+        if claimed_none && relay.ordering.is_active() {
+            // Rows of ordered keys behind a leased, backing-off or blocked head are due but not
+            // claimable: look again every ORDERED_RETRY rather than spin.
+            wait = wait.max(ORDERED_RETRY.min(settings.poll_interval));
+        }
         health.expect_within(until(wait, next_beat));
         tokio::select! {
             _ = shutdown.cancelled() => break,

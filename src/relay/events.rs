@@ -65,6 +65,9 @@ pub enum RelayEvent {
     CircuitOpened { error: String },
     /// The outage is over.
     CircuitClosed { after: Duration, probes: u32 },
+    /// The relay read a changed `outbox_ordering` (or, at its first claim, found ordering on):
+    /// from this claim on it orders these aggregate types (`all`: every type; neither: none).
+    OrderingChanged { all: bool, types: Vec<String> },
     /// First SIGTERM/SIGINT.
     ShutdownRequested,
     /// Second SIGTERM/SIGINT: the process exits at once.
@@ -182,6 +185,15 @@ impl RelayEvent {
                 attempts,
                 error = error.as_str(),
                 "event dead-lettered"
+            ),
+            RelayEvent::OrderingChanged { all, types } => tracing::info!(
+                ordered_types = if *all { "*".to_owned() } else { types.join(",") },
+                "ordered delivery per key: {}",
+                match (all, types.is_empty()) {
+                    (true, _) => "on for every aggregate type".to_owned(),
+                    (false, true) => "off".to_owned(),
+                    (false, false) => format!("on for {}", types.join(", ")),
+                }
             ),
             RelayEvent::LeaseLost { rows, claim_token } => tracing::warn!(
                 lease_lost = rows,

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod endpoints;
 pub mod events;
 pub mod metrics;
+pub mod ordering;
 pub mod step;
 
 use std::time::Duration;

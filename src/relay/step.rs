@@ -10,7 +10,9 @@ use sqlx::{Connection, PgPool, Postgres};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::ordering::{publish_ordered, OrderingState};
 use super::{truncate_error, Backoff, Mode, RelayEvent, Report};
+use crate::db::ordering as ordered_sql;
 use crate::db::relay::{self as sql, ClaimedRow, Failure};
 use crate::sink::{batch_verdict, Outcome, PublishCtl, Sink, SinkError};
 
@@ -45,11 +47,28 @@ pub struct RelayConfig {
     pub failpoint: Option<Failpoint>,
 }
 
-/// A relay: a pool, a sink, settings.
+/// A relay: a pool, a sink, settings, and what it keeps for ordered delivery.
 pub struct Relay {
     pub pool: PgPool,
     pub sink: Arc<dyn Sink>,
     pub cfg: RelayConfig,
+    pub ordering: OrderingState,
+}
+
+/// How a claim is made.
+enum ClaimMode {
+    Lease { token: Uuid },
+    Tx,
+}
+
+/// What a step claimed: the unordered rows first, the ordered ones (sorted by key, then id) from
+/// `ordered_from` on.
+struct Claimed {
+    rows: Vec<ClaimedRow>,
+    ordered_from: usize,
+    budget_reached: bool,
+    /// The switch changed since the last claim.
+    event: Option<RelayEvent>,
 }
 
 impl Relay {
@@ -92,21 +111,23 @@ impl Relay {
         let claimed_at = tokio::time::Instant::now();
         let claim = {
             let mut conn = self.pool.acquire().await?;
-            sql::claim_lease(&mut conn, self.limit(limit), self.cfg.lease, token)
+            self.claim(&mut conn, limit, ClaimMode::Lease { token })
                 .await
                 .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))?
         };
+        let ordered_from = claim.ordered_from;
         let rows = claim.rows;
         let mut report = Report {
             claimed: rows.len() as u64,
             budget_reached: claim.budget_reached,
+            events: claim.event.into_iter().collect(),
             ..Report::default()
         };
         if rows.is_empty() {
             return Ok(report);
         }
         let publish_started = tokio::time::Instant::now();
-        let outcomes = self.sink.publish(&rows, ctl).await;
+        let outcomes = self.publish(&rows, ordered_from, ctl).await;
         report.publish_elapsed = Some(publish_started.elapsed());
         self.failpoint_after_publish().await;
         let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
@@ -220,11 +241,13 @@ impl Relay {
         ctl: &PublishCtl,
     ) -> Result<Report, StepError> {
         let mut tx = conn.begin().await?;
-        let claim = sql::claim_tx(&mut tx, self.limit(limit)).await?;
+        let claim = self.claim(&mut tx, limit, ClaimMode::Tx).await?;
+        let ordered_from = claim.ordered_from;
         let rows = claim.rows;
         let mut report = Report {
             claimed: rows.len() as u64,
             budget_reached: claim.budget_reached,
+            events: claim.event.into_iter().collect(),
             ..Report::default()
         };
         if rows.is_empty() {
@@ -232,7 +255,7 @@ impl Relay {
             return Ok(report);
         }
         let publish_started = tokio::time::Instant::now();
-        let outcomes = self.sink.publish(&rows, ctl).await;
+        let outcomes = self.publish(&rows, ordered_from, ctl).await;
         report.publish_elapsed = Some(publish_started.elapsed());
         self.failpoint_after_publish().await;
         let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
@@ -335,6 +358,85 @@ impl Relay {
             });
         }
         s
+    }
+
+    /// Claims a batch. With no aggregate type ordered this is today's claim alone; otherwise the
+    /// unordered claim without the ordered types (none when every type is ordered) and the
+    /// ordered claim ([`ordered_sql::claim`]), each within `limit`, on the same connection (tx
+    /// mode: in the same transaction) and with the same claim token.
+    async fn claim(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        limit: i64,
+        mode: ClaimMode,
+    ) -> sqlx::Result<Claimed> {
+        let (ordering, event) = self.ordering.current(conn).await?;
+        let limit = self.limit(limit);
+        if !ordering.is_active() {
+            let claim = match mode {
+                ClaimMode::Lease { token } => {
+                    sql::claim_lease(conn, limit, self.cfg.lease, token).await?
+                }
+                ClaimMode::Tx => sql::claim_tx(conn, limit).await?,
+            };
+            return Ok(Claimed {
+                ordered_from: claim.rows.len(),
+                rows: claim.rows,
+                budget_reached: claim.budget_reached,
+                event,
+            });
+        }
+        let mut unordered = match (&mode, ordering.all) {
+            (_, true) => sql::Claim::default(),
+            (ClaimMode::Lease { token }, false) => {
+                ordered_sql::claim_unordered_lease(conn, limit, self.cfg.lease, *token).await?
+            }
+            (ClaimMode::Tx, false) => ordered_sql::claim_unordered_tx(conn, limit).await?,
+        };
+        let how = match mode {
+            ClaimMode::Lease { token } => ordered_sql::OrderedMode::Lease {
+                lease_micros: i64::try_from(self.cfg.lease.as_micros()).unwrap_or(i64::MAX),
+                token,
+            },
+            ClaimMode::Tx => ordered_sql::OrderedMode::Tx,
+        };
+        let cursor = self.ordering.cursor();
+        let ordered = ordered_sql::claim(conn, &how, limit, limit.rows, &ordering, &cursor).await?;
+        self.ordering.set_cursor(ordered.cursor);
+        let ordered_from = unordered.rows.len();
+        unordered.rows.extend(ordered.rows);
+        Ok(Claimed {
+            rows: unordered.rows,
+            ordered_from,
+            budget_reached: unordered.budget_reached || ordered.more,
+            event,
+        })
+    }
+
+    /// Publishes the unordered rows as a batch and the ordered ones per key
+    /// ([`publish_ordered`]), both at once; outcomes in `rows` order.
+    async fn publish(
+        &self,
+        rows: &[ClaimedRow],
+        ordered_from: usize,
+        ctl: &PublishCtl,
+    ) -> Vec<Outcome> {
+        if ordered_from >= rows.len() {
+            return self.sink.publish(rows, ctl).await;
+        }
+        let (unordered, ordered) = rows.split_at(ordered_from);
+        let (mut out, ordered) = tokio::join!(
+            async {
+                if unordered.is_empty() {
+                    Vec::new()
+                } else {
+                    self.sink.publish(unordered, ctl).await
+                }
+            },
+            publish_ordered(&*self.sink, ordered, ctl)
+        );
+        out.extend(ordered);
+        out
     }
 
     fn limit(&self, rows: i64) -> sql::BatchLimit {

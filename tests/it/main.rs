@@ -21,6 +21,7 @@ mod memory;
 mod metrics;
 mod migrate;
 mod nats_sink;
+mod ordering;
 mod outage;
 mod pg_cluster;
 mod pipes;

@@ -38,6 +38,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
             shutdown_grace: Duration::from_secs(1),
             failpoint: None,
         },
+        ordering: Default::default(),
     }
 }
 

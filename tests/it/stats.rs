@@ -453,6 +453,9 @@ async fn json_shape() {
         "now",
         "throughput_per_second",
         "table_rows_estimate",
+        "blocked_keys",
+        "blocked_events",
+        "oldest_blocked_at",
     ]
     .into_iter()
     .chain(FIGURES)
@@ -623,7 +626,12 @@ async fn no_statement_scans_published_history() {
                 "published_recent" => "outbox_published_at_idx",
                 other => panic!("a new stats statement `{other}`: add its index here"),
             };
-            if seq || indexes != BTreeSet::from([want]) {
+            // Both partial indexes of pending rows serve the pending figures equally: neither
+            // holds published history.
+            let pending_ok = name == "pending"
+                && indexes.len() == 1
+                && indexes.contains("outbox_key_pending_idx");
+            if seq || (indexes != BTreeSet::from([want]) && !pending_ok) {
                 failures.push(format!(
                     "{by:?} {name}: want only {want}, got {indexes:?} seq scan {seq}\n{plan:#}"
                 ));
