@@ -13,6 +13,7 @@ mod events;
 mod fixtures;
 mod http_server;
 mod http_sink;
+mod kafka_sink;
 mod local_sinks;
 mod logs;
 mod memory;
