@@ -1981,7 +1981,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__relay)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --sink --once --mode --batch-size --batch-bytes --concurrency --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --signing-secret-env --async-commit --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --sink --once --mode --batch-size --batch-bytes --concurrency --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --kafka-property --signing-secret-env --async-commit --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2056,6 +2056,10 @@ _outboxctl() {
                     return 0
                     ;;
                 --http-header)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kafka-property)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

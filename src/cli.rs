@@ -291,8 +291,10 @@ pub struct RelayArgs {
     /// Where to publish: stdout, null, file:PATH, http(s)://URL,
     /// nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or
     /// redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams), or
-    /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ). Subjects,
-    /// stream names and routing keys take the placeholders of --http-header.
+    /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ), or
+    /// kafka://HOST:PORT[,HOST:PORT]?topic=outbox.event.{aggregate_type}&key={aggregate_id}
+    /// (Kafka, idempotent producer). Subjects, stream names, routing keys, topics and keys take
+    /// the placeholders of --http-header.
     #[arg(
         long,
         env = "OUTBOXCTL_SINK",
@@ -378,6 +380,18 @@ pub struct RelayArgs {
         value_delimiter = '\n'
     )]
     pub http_headers: Vec<String>,
+
+    /// A librdkafka property for the kafka sink (repeatable), e.g. security.protocol=SASL_SSL,
+    /// sasl.mechanism=SCRAM-SHA-512, sasl.username=relay, sasl.password=..., linger.ms=10. Values
+    /// are never shown or logged; prefer the environment variable for secrets (one KEY=VALUE per
+    /// line). bootstrap.servers, enable.idempotence and message.timeout.ms are the relay's.
+    #[arg(
+        long = "kafka-property",
+        value_name = "KEY=VALUE",
+        env = "OUTBOXCTL_KAFKA_PROPERTY",
+        value_delimiter = '\n'
+    )]
+    pub kafka_properties: Vec<String>,
 
     /// Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable:
     /// `whsec_...`, or two separated by a space during rotation. The secret itself never goes on

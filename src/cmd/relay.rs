@@ -57,12 +57,16 @@ pub async fn build(
             http_headers: args.http_headers.clone(),
             signing_secrets,
             timeout: publish_timeout,
+            kafka_properties: args.kafka_properties.clone(),
         },
     )
     .await?;
     let is_http = args.sink.starts_with("http://") || args.sink.starts_with("https://");
     if !args.http_headers.is_empty() && !is_http {
         return Err(CodedError::usage("--http-header only applies to an http(s):// --sink").into());
+    }
+    if !args.kafka_properties.is_empty() && !args.sink.trim().starts_with("kafka://") {
+        return Err(CodedError::usage("--kafka-property only applies to a kafka:// --sink").into());
     }
     let mode = match args.mode {
         RelayMode::Lease => Mode::Lease,

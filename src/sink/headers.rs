@@ -1,5 +1,5 @@
 //! The row's headers as transport headers: one rule for every sink that carries headers (HTTP,
-//! NATS, RabbitMQ), with a per-sink [`HeaderPolicy`].
+//! NATS, RabbitMQ, Kafka), with a per-sink [`HeaderPolicy`].
 //!
 //! A row header rides on the message; it may never change the message's framing, routing or
 //! dedup. So a header the transport reserves (HTTP framing and hop-by-hop headers and the ones the
@@ -76,7 +76,7 @@ const AMQP_RESERVED: &[&str] = &[
 
 /// Which row headers a transport may carry.
 pub struct HeaderPolicy {
-    /// The transport, for the WARN line: `http`, `nats`, `amqp`.
+    /// The transport, for the WARN line: `http`, `nats`, `amqp`, `kafka`.
     transport: &'static str,
     /// Reserved names, lower case.
     reserved: HashSet<String>,
@@ -150,6 +150,24 @@ impl HeaderPolicy {
             reserved_prefixes: vec!["x-"],
             reserved_why:
                 "x-* and CC/BCC headers steer the broker; message properties are the relay's",
+            name_ok: |_| true,
+            value_ok: |_| true,
+            warned: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Kafka: the headers the relay sets on every record (`id`, `idempotency_key`,
+    /// `event_type`, any case). Kafka headers are arbitrary byte strings, so any other name and
+    /// value is carried (within the size bounds).
+    pub fn kafka() -> Self {
+        Self {
+            transport: "kafka",
+            reserved: super::kafka::RELAY_HEADERS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            reserved_prefixes: vec![],
+            reserved_why: "set by the relay on every record",
             name_ok: |_| true,
             value_ok: |_| true,
             warned: Mutex::new(HashSet::new()),
@@ -300,6 +318,14 @@ mod tests {
             r#"{{"x-delay":"1","X-Match":"any","CC":"q","bcc":"q","message_id":"x","type":"x","{long}":"x","ok":"1"}}"#
         ));
         assert_eq!(names(&e, &p), vec!["ok"]);
+    }
+
+    #[test]
+    fn kafka_skips_the_headers_the_relay_sets() {
+        let p = HeaderPolicy::kafka();
+        let e =
+            event(r#"{"ID":"x","idempotency_key":"x","Event_Type":"x","x-delay":"1","a:b c":"é"}"#);
+        assert_eq!(names(&e, &p), vec!["a:b c", "x-delay"]);
     }
 
     #[test]

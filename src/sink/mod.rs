@@ -9,6 +9,7 @@ pub mod amqp;
 pub mod file;
 pub mod headers;
 pub mod http;
+pub mod kafka;
 pub mod local;
 pub mod memory;
 pub mod nats;
@@ -258,10 +259,12 @@ pub struct SinkOptions {
     /// The signing secrets' text (from the env var named by --signing-secret-env).
     pub signing_secrets: Option<String>,
     pub timeout: Duration,
+    /// `--kafka-property` arguments (`KEY=VALUE`), for the Kafka sink.
+    pub kafka_properties: Vec<String>,
 }
 
 /// Builds the sink named by `--sink`: `stdout`, `null`, `file:PATH`, `http(s)://...`,
-/// `nats://...` (JetStream), `redis://...` (Streams), `amqp://...` (RabbitMQ).
+/// `nats://...` (JetStream), `redis://...` (Streams), `amqp://...` (RabbitMQ), `kafka://...`.
 pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedError> {
     let spec = spec.trim();
     if spec == "stdout" || spec == "-" {
@@ -291,11 +294,18 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
     if spec.starts_with("redis://") {
         return Ok(Arc::new(redis::RedisSink::new(spec)?));
     }
+    if spec.starts_with("kafka://") {
+        return Ok(Arc::new(kafka::KafkaSink::new(
+            spec,
+            &opts.kafka_properties,
+            opts.timeout,
+        )?));
+    }
     if spec.starts_with("nats://") {
         return Ok(Arc::new(nats::NatsSink::connect(spec, opts.timeout).await?));
     }
     Err(CodedError::usage(format!(
-        "invalid --sink `{}`: use stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=... redis://HOST:PORT?stream=... or amqp://USER:PASS@HOST:PORT/VHOST",
+        "invalid --sink `{}`: use stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=... redis://HOST:PORT?stream=..., amqp://USER:PASS@HOST:PORT/VHOST or kafka://HOST:PORT[,HOST:PORT]?topic=...",
         crate::config::redact_url(spec)
     )))
 }

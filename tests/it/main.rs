@@ -15,6 +15,7 @@ mod faults;
 mod fixtures;
 mod http_server;
 mod http_sink;
+mod kafka_sink;
 mod local_sinks;
 mod logs;
 mod memory;

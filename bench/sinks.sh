@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Broker sinks against their raw client ceilings, in one run on the same brokers: the relay's
+# drain of N events (release build, `relay --once`, one relay) to Kafka, NATS JetStream, Redis
+# Streams and RabbitMQ, beside a plain client of each sending N messages of the same size:
+#   Kafka     confluent-kafka (librdkafka) idempotent producer   bench/raw_clients.py kafka
+#   NATS      nats-py JetStream publisher, 1000 acks in flight    bench/raw_clients.py nats
+#   Redis     redis-benchmark XADD, pipelined (-P 100)
+#   RabbitMQ  pika publisher with confirms                        bench/raw_clients.py amqp
+# The relay's figure includes its PostgreSQL claim and settle; the raw clients' do not.
+#   bench/sinks.sh [N=50000] [SINKS="kafka nats redis amqp"]
+# Brokers: Kafka (Tansu) 127.0.0.1:9092, NATS 4222 (JetStream), Redis 6379, RabbitMQ 5672.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-50000}
+SINKS=${2:-kafka nats redis amqp}
+: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
+export DATABASE_URL
+S=bench_sinks
+BIN=target/release/outboxctl
+RAW="python3 bench/raw_clients.py"
+RUN=$(date +%s)
+cargo build --release --locked --quiet
+q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
+cleanup() {
+  q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true
+  $RAW nats-teardown nats://127.0.0.1:4222 BENCHSINKS >/dev/null 2>&1 || true
+  $RAW amqp-teardown benchsinks >/dev/null 2>&1 || true
+  redis-cli -p 6379 DEL benchsinks.relay benchsinks.raw >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
+$BIN migrate --schema $S >/dev/null
+seed() {
+  q -c "TRUNCATE $S.outbox" -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+        SELECT gen_random_uuid(), 'order', 'o-' || (g % 1000), 'order.placed',
+               jsonb_build_object('n', g, 'total', 1200, 'currency', 'USD'), 'k$RUN-' || g
+          FROM generate_series(1, $1) g" -c "VACUUM ANALYZE $S.outbox" >/dev/null
+}
+# The size of one event's document, as the sinks send it.
+seed 1
+tmp=$(mktemp)
+$BIN relay --schema $S --once --sink "file:$tmp" >/dev/null
+SIZE=$(head -n1 "$tmp" | wc -c)
+rm -f "$tmp"
+SIZE=$((SIZE - 1))
+drain() {
+  seed "$N"
+  local s e
+  s=$(date +%s.%N)
+  $BIN relay --schema $S --once --batch-size 1000 --sink "$1" >/dev/null
+  e=$(date +%s.%N)
+  local left
+  left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
+  [ "$left" = 0 ] || { echo "relay left $left events unpublished ($1)" >&2; exit 1; }
+  python3 -c "print(round($N / ($e - $s)))"
+}
+row() { python3 -c "print(f'| $1 | {$2:,} | {$3:,} | {$2 / $3:.2f}x |')"; }
+echo "$(date -u +%FT%TZ) N=$N events of $SIZE bytes; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "| sink | relay events/s | raw client msgs/s | relay / raw |"
+echo "|---|---|---|---|"
+for sink in $SINKS; do
+  case $sink in
+  kafka)
+    raw=$($RAW kafka 127.0.0.1:9092 "benchsinks.raw.$RUN" "$N" "$SIZE")
+    relay=$(drain "kafka://127.0.0.1:9092?topic=benchsinks.relay.$RUN")
+    row "Kafka (Tansu), vs confluent-kafka idempotent producer" "$relay" "$raw" ;;
+  nats)
+    $RAW nats-setup nats://127.0.0.1:4222 BENCHSINKS 'benchsinks.>'
+    raw=$($RAW nats nats://127.0.0.1:4222 benchsinks.raw "$N" "$SIZE")
+    relay=$(drain "nats://127.0.0.1:4222?subject=benchsinks.relay")
+    row "NATS JetStream, vs nats-py async publisher" "$relay" "$raw" ;;
+  redis)
+    value=$(head -c "$SIZE" /dev/zero | tr '\0' x)
+    raw=$(redis-benchmark -p 6379 -q -n "$N" -P 100 XADD benchsinks.raw '*' event "$value" \
+      | tr '\r' '\n' | grep -oE '[0-9.]+ requests per second' | tail -n1 | cut -d' ' -f1)
+    raw=${raw%.*}
+    relay=$(drain "redis://127.0.0.1:6379?stream=benchsinks.relay")
+    row "Redis Streams, vs redis-benchmark XADD -P 100" "$relay" "$raw" ;;
+  amqp)
+    $RAW amqp-setup benchsinks
+    raw=$($RAW amqp benchsinks "$N" "$SIZE")
+    relay=$(drain "amqp://guest:guest@127.0.0.1:5672/%2f?routing_key=benchsinks")
+    row "RabbitMQ, vs pika with confirms" "$relay" "$raw" ;;
+  esac
+done

@@ -1,0 +1,632 @@
+//! The Kafka sink: one idempotent librdkafka producer per relay; a batch is handed to the
+//! producer whole, then every delivery report is awaited.
+//!
+//! `--sink 'kafka://HOST:PORT[,HOST:PORT...]?topic=outbox.event.{aggregate_type}&key={aggregate_id}'`.
+//! The defaults follow Debezium's Outbox Event Router: topic `outbox.event.{aggregate_type}`, key
+//! `{aggregate_id}` (so one aggregate's events share a partition and keep their order), value the
+//! event's JSON document, headers the row's headers (see [`HeaderPolicy::kafka`]) plus `id`,
+//! `idempotency_key` and `event_type`. Keys are partitioned with `murmur2_random`, the Java
+//! client's partitioner, so the relay and a Java producer put a key on the same partition.
+//!
+//! The producer has `enable.idempotence=true` (acks=all, at most 5 requests in flight, no
+//! reordering or duplicates on the producer's own retries) and a `message.timeout.ms` below
+//! `--publish-timeout`, so librdkafka gives every message a verdict before the relay gives up on
+//! it. SASL/TLS and tuning go through `--kafka-property k=v` (values never shown).
+//!
+//! Verdicts: delivered = published; too large, invalid or corrupt = permanent (dead letter);
+//! timeouts, transport failures, all brokers down = `Unavailable` (an outage when the whole batch
+//! fails so); unknown topic and authorization failures = retryable, with a WARN naming the topic
+//! (configuration, not poison); a fatal producer error (e.g. an idempotence sequence the broker
+//! lost in a restart) fails the rest of the batch as `Unavailable` and the next batch gets a new
+//! producer.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, ClientContext};
+
+use super::headers::{self, HeaderPolicy};
+use super::template::Template;
+use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
+use crate::exit::CodedError;
+
+/// Topic template used when the URL has no `topic` parameter (Debezium's default).
+pub const DEFAULT_TOPIC: &str = "outbox.event.{aggregate_type}";
+/// Key template used when the URL has no `key` parameter (Debezium's default).
+pub const DEFAULT_KEY: &str = "{aggregate_id}";
+/// Properties the relay sets itself; `--kafka-property` may not change them.
+const MANAGED: &[&str] = &[
+    "bootstrap.servers",
+    "metadata.broker.list",
+    "enable.idempotence",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+];
+/// Headers the relay sets on every message.
+pub const RELAY_HEADERS: &[&str] = &["id", "idempotency_key", "event_type"];
+
+pub struct KafkaSink {
+    config: ClientConfig,
+    producer: Mutex<Arc<FutureProducer<Ctx>>>,
+    state: Arc<State>,
+    topic: Template,
+    key: Option<Template>,
+    display: String,
+    row_headers: HeaderPolicy,
+    warned_topics: Mutex<HashSet<(String, i32)>>,
+}
+
+/// What librdkafka's callbacks tell the sink.
+#[derive(Default)]
+struct State {
+    /// A fatal error was raised, or a whole batch timed out: the producer is replaced before the
+    /// next batch.
+    rebuild: AtomicBool,
+    /// The last broker connection problem (error callback), for timeout messages and WARNs.
+    last_problem: Mutex<Option<(RDKafkaErrorCode, String)>>,
+}
+
+#[derive(Clone)]
+struct Ctx(Arc<State>);
+
+impl ClientContext for Ctx {
+    /// librdkafka's own log lines: only warnings and worse, never its debug output (which could
+    /// show message contents with `debug=msg`), as the relay's own WARN lines.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        use RDKafkaLogLevel as L;
+        if matches!(
+            level,
+            L::Emerg | L::Alert | L::Critical | L::Error | L::Warning
+        ) {
+            tracing::warn!(sink = "kafka", facility = fac, "librdkafka: {log_message}");
+        }
+    }
+
+    /// Broker-level problems (connection refused, all brokers down, authentication): one WARN
+    /// per kind of problem until it changes; never message contents or credentials.
+    fn error(&self, error: KafkaError, reason: &str) {
+        let code = error.rdkafka_error_code();
+        if code == Some(RDKafkaErrorCode::Fatal) {
+            self.0.rebuild.store(true, Ordering::SeqCst);
+        }
+        let code = code.unwrap_or(RDKafkaErrorCode::Unknown);
+        let mut last = self
+            .0
+            .last_problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if last.as_ref().map(|(c, _)| *c) != Some(code) {
+            tracing::warn!(sink = "kafka", problem = %reason, "Kafka connection problem");
+        }
+        *last = Some((code, reason.to_owned()));
+    }
+}
+
+/// The parts of a `kafka://` spec.
+#[derive(Debug, PartialEq, Eq)]
+struct Spec {
+    bootstrap: Vec<String>,
+    topic: String,
+    key: Option<String>,
+    compression: Option<String>,
+}
+
+fn parse_spec(spec: &str) -> Result<Spec, String> {
+    let rest = spec
+        .strip_prefix("kafka://")
+        .ok_or("a Kafka sink starts with kafka://")?;
+    let (servers, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let servers = servers.trim_end_matches('/');
+    if servers.contains('@') {
+        return Err(
+            "credentials do not go in the kafka:// URL; use --kafka-property sasl.username=... and sasl.password=..."
+                .into(),
+        );
+    }
+    let mut bootstrap = Vec::new();
+    for s in servers.split(',') {
+        let ok = s.rsplit_once(':').is_some_and(|(h, p)| {
+            !h.is_empty() && !h.contains('/') && p.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !ok {
+            return Err(format!(
+                "bootstrap server `{s}` is not HOST:PORT (e.g. kafka://127.0.0.1:9092,10.0.0.2:9092)"
+            ));
+        }
+        bootstrap.push(s.to_owned());
+    }
+    let mut out = Spec {
+        bootstrap,
+        topic: DEFAULT_TOPIC.into(),
+        key: Some(DEFAULT_KEY.into()),
+        compression: None,
+    };
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        match k.as_ref() {
+            "topic" if !v.trim().is_empty() => out.topic = v.into_owned(),
+            "key" if v.is_empty() => out.key = None,
+            "key" => out.key = Some(v.into_owned()),
+            "compression" => match v.as_ref() {
+                "none" | "gzip" | "snappy" | "lz4" => out.compression = Some(v.into_owned()),
+                other => {
+                    return Err(format!(
+                        "compression `{other}` is not one of none, gzip, snappy, lz4"
+                    ))
+                }
+            },
+            other => {
+                return Err(format!(
+                    "unknown kafka parameter `{other}` (use topic=TEMPLATE, key=TEMPLATE, compression=none|gzip|snappy|lz4)"
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Why `topic` is not a valid Kafka topic name, if it is not: 1 to 249 of `[A-Za-z0-9._-]`,
+/// not `.` or `..`.
+fn invalid_topic(topic: &str) -> Option<String> {
+    if topic.is_empty() || topic.len() > 249 || topic == "." || topic == ".." {
+        return Some(format!(
+            "topic `{topic}` must be 1 to 249 characters, not `.` or `..`"
+        ));
+    }
+    topic
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        .map(|c| {
+            format!("topic `{topic}` has `{c}`: a Kafka topic name is letters, digits, `.`, `_` and `-`")
+        })
+}
+
+/// Splits `k=v` property arguments, refusing the ones the relay sets. Errors name the key only.
+fn parse_properties(props: &[String]) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::with_capacity(props.len());
+    for p in props.iter().filter(|p| !p.trim().is_empty()) {
+        let Some((k, v)) = p.split_once('=') else {
+            return Err(
+                "--kafka-property takes KEY=VALUE (e.g. security.protocol=SASL_SSL)".into(),
+            );
+        };
+        let k = k.trim();
+        if k.is_empty() {
+            return Err("--kafka-property takes KEY=VALUE: the key is empty".into());
+        }
+        if MANAGED.contains(&k) {
+            return Err(format!(
+                "--kafka-property `{k}` is set by the relay (bootstrap servers from the URL, idempotence always on, message timeout below --publish-timeout)"
+            ));
+        }
+        out.push((k.to_owned(), v.to_owned()));
+    }
+    Ok(out)
+}
+
+/// `message.timeout.ms` for a publish timeout: a second (or a fifth) less, so librdkafka's
+/// verdict comes before the relay's own timeout.
+fn message_timeout(publish_timeout: Duration) -> Duration {
+    let margin = (publish_timeout / 5).min(Duration::from_secs(1));
+    publish_timeout
+        .saturating_sub(margin)
+        .max(Duration::from_millis(100))
+}
+
+impl KafkaSink {
+    /// Validates the spec and properties and creates the producer. Brokers are contacted in the
+    /// background: one that is down now only makes publishes fail (and the relay pause) until it
+    /// is back.
+    pub fn new(
+        spec: &str,
+        properties: &[String],
+        publish_timeout: Duration,
+    ) -> Result<Self, CodedError> {
+        let s = parse_spec(spec).map_err(|e| CodedError::usage(format!("invalid --sink: {e}")))?;
+        let topic = Template::parse(&s.topic, &format!("invalid --sink: topic `{}`", s.topic))
+            .map_err(CodedError::usage)?;
+        if let Some(why) = invalid_topic(&topic.literal_text()).filter(|_| {
+            // An empty literal (a topic that is only placeholders) is checked per event.
+            !topic.literal_text().is_empty()
+        }) {
+            return Err(CodedError::usage(format!(
+                "invalid --sink: {}",
+                why.replace(
+                    &format!("topic `{}`", topic.literal_text()),
+                    &format!("topic `{}`", s.topic)
+                )
+            )));
+        }
+        let key = match &s.key {
+            Some(k) => Some(
+                Template::parse(k, &format!("invalid --sink: key `{k}`"))
+                    .map_err(CodedError::usage)?,
+            ),
+            None => None,
+        };
+        let props = parse_properties(properties).map_err(CodedError::usage)?;
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", s.bootstrap.join(","))
+            .set("client.id", "outboxctl")
+            .set("enable.idempotence", "true")
+            .set(
+                "message.timeout.ms",
+                message_timeout(publish_timeout).as_millis().to_string(),
+            )
+            .set("partitioner", "murmur2_random")
+            .set_log_level(RDKafkaLogLevel::Warning);
+        if let Some(c) = &s.compression {
+            config.set("compression.type", c);
+        }
+        for (k, v) in &props {
+            config.set(k, v);
+        }
+        let state = Arc::new(State::default());
+        let producer = create(&config, &state, &props)?;
+        let display = format!(
+            "kafka://{}?topic={}{}",
+            s.bootstrap.join(","),
+            s.topic,
+            s.key
+                .as_ref()
+                .map(|k| format!("&key={k}"))
+                .unwrap_or_default()
+        );
+        Ok(Self {
+            config,
+            producer: Mutex::new(Arc::new(producer)),
+            state,
+            topic,
+            key,
+            display,
+            row_headers: HeaderPolicy::kafka(),
+            warned_topics: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The producer for this batch; a new one when the last one hit a fatal error (its
+    /// idempotence state can no longer be trusted and librdkafka refuses further produces) or
+    /// timed out a whole batch.
+    fn producer(&self) -> Arc<FutureProducer<Ctx>> {
+        let mut current = self.producer.lock().unwrap_or_else(|p| p.into_inner());
+        if self.state.rebuild.swap(false, Ordering::SeqCst) {
+            match create(&self.config, &self.state, &[]) {
+                Ok(p) => {
+                    tracing::info!(
+                        sink = "kafka",
+                        "a new Kafka producer takes over (the last one hit a fatal error or a whole batch timed out)"
+                    );
+                    let old = std::mem::replace(&mut *current, Arc::new(p));
+                    // Dropping a producer purges and flushes it (up to half a second): not on
+                    // the runtime's threads.
+                    tokio::task::spawn_blocking(move || drop(old));
+                }
+                Err(e) => {
+                    tracing::warn!(sink = "kafka", error = %e, "cannot rebuild the Kafka producer");
+                    self.state.rebuild.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+        Arc::clone(&current)
+    }
+
+    fn record_headers(&self, e: &Event) -> OwnedHeaders {
+        let id = e.id.to_string();
+        let mut h = OwnedHeaders::new_with_capacity(8)
+            .insert(Header {
+                key: "id",
+                value: Some(id.as_bytes()),
+            })
+            .insert(Header {
+                key: "idempotency_key",
+                value: Some(e.idempotency_key.as_bytes()),
+            })
+            .insert(Header {
+                key: "event_type",
+                value: Some(e.event_type.as_bytes()),
+            });
+        for (k, v) in headers::row_headers(e, &self.row_headers) {
+            h = h.insert(Header {
+                key: &k,
+                value: Some(v.as_bytes()),
+            });
+        }
+        h
+    }
+
+    /// Whose fault a failed delivery is (see the module doc); bumps the fatal flag and writes
+    /// the configuration WARN as side effects.
+    fn classify(&self, topic: &str, err: &KafkaError) -> SinkError {
+        use RDKafkaErrorCode as C;
+        let code = err.rdkafka_error_code().unwrap_or(C::Unknown);
+        let message = format!("Kafka: topic `{topic}`: {err}");
+        match code {
+            C::MessageSizeTooLarge
+            | C::InvalidMessageSize
+            | C::InvalidMessage
+            | C::InvalidRecord
+            | C::BadMessage
+            | C::InvalidTopic => SinkError::Permanent(message),
+            C::UnknownTopic
+            | C::UnknownTopicOrPartition
+            | C::TopicAuthorizationFailed
+            | C::ClusterAuthorizationFailed
+            | C::Authentication
+            | C::SaslAuthenticationFailed => {
+                let first = self
+                    .warned_topics
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert((topic.to_owned(), code as i32));
+                if first {
+                    tracing::warn!(
+                        sink = "kafka",
+                        topic,
+                        error = %err,
+                        "Kafka refuses the topic (unknown, or not authorised): check the topic template, the topic's existence and the ACLs"
+                    );
+                }
+                SinkError::retryable(message)
+            }
+            C::Fatal => {
+                self.state.rebuild.store(true, Ordering::SeqCst);
+                SinkError::unavailable(message)
+            }
+            C::MessageTimedOut
+            | C::RequestTimedOut
+            | C::OperationTimedOut
+            | C::TimedOutQueue
+            | C::BrokerTransportFailure
+            | C::AllBrokersDown
+            | C::Resolve
+            | C::NetworkException
+            | C::BrokerNotAvailable
+            | C::LeaderNotAvailable
+            | C::NotLeaderForPartition
+            | C::NotEnoughReplicas
+            | C::NotEnoughReplicasAfterAppend
+            | C::QueueFull
+            | C::BrokerDestroy
+            | C::PurgeQueue
+            | C::PurgeInflight
+            | C::OutOfOrderSequenceNumber
+            | C::UnknownProducerId
+            | C::InvalidProducerEpoch => {
+                let last = self
+                    .state
+                    .last_problem
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_ref()
+                    .map(|(_, r)| format!("; last broker problem: {r}"))
+                    .unwrap_or_default();
+                SinkError::unavailable(format!("{message}{last}"))
+            }
+            _ => SinkError::retryable(message),
+        }
+    }
+}
+
+fn create(
+    config: &ClientConfig,
+    state: &Arc<State>,
+    props: &[(String, String)],
+) -> Result<FutureProducer<Ctx>, CodedError> {
+    config
+        .create_with_context(Ctx(Arc::clone(state)))
+        .map_err(|e| {
+            // librdkafka quotes a refused value ("Invalid value \"x\" for ..."): never show one.
+            let mut text = e.to_string();
+            for (_, v) in props.iter().filter(|(_, v)| !v.is_empty()) {
+                text = text.replace(v.as_str(), "***");
+            }
+            CodedError::usage(format!(
+                "invalid --kafka-property: librdkafka refused the configuration: {text}"
+            ))
+        })
+}
+
+#[async_trait::async_trait]
+impl Sink for KafkaSink {
+    async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
+        let producer = self.producer();
+        let deadline = tokio::time::Instant::now() + ctl.timeout;
+        let timeout_msg = format!(
+            "Kafka: no delivery report within {}",
+            humantime::format_duration(ctl.timeout)
+        );
+        let mut outcomes = vec![Outcome::NotStarted; events.len()];
+        let mut pending = futures::stream::FuturesUnordered::new();
+        let mut open: HashSet<usize> = HashSet::new();
+        let mut timed_out = false;
+        let mut body = Vec::with_capacity(512);
+        for (i, e) in events.iter().enumerate() {
+            let too_late = ctl
+                .start_by
+                .is_some_and(|t| tokio::time::Instant::now() >= t);
+            if ctl.shutdown.is_cancelled() || too_late {
+                break;
+            }
+            let topic = self.topic.expand(e);
+            if let Some(why) = invalid_topic(&topic) {
+                outcomes[i] = Outcome::Failed(SinkError::Permanent(format!("Kafka: {why}")));
+                continue;
+            }
+            body.clear();
+            write_envelope(e, &mut body);
+            let key = self.key.as_ref().map(|k| k.expand(e));
+            let mut record = FutureRecord::to(&topic)
+                .payload(&body[..])
+                .headers(self.record_headers(e));
+            if let Some(k) = &key {
+                record = record.key(k.as_str());
+            }
+            // The payload is copied into librdkafka's queue; a full queue drains as deliveries
+            // complete (the producer's own thread polls), so wait for room until the deadline.
+            loop {
+                match producer.send_result(record) {
+                    Ok(delivery) => {
+                        outcomes[i] = Outcome::Failed(SinkError::unavailable(&timeout_msg));
+                        open.insert(i);
+                        let topic = topic.clone();
+                        pending.push(async move { (i, topic, delivery.await) });
+                        break;
+                    }
+                    Err((err, r))
+                        if err.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull)
+                            && tokio::time::Instant::now() < deadline =>
+                    {
+                        record = r;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err((err, _)) => {
+                        outcomes[i] = Outcome::Failed(self.classify(&topic, &err));
+                        break;
+                    }
+                }
+            }
+        }
+        let grace = async {
+            ctl.shutdown.cancelled().await;
+            tokio::time::sleep(ctl.shutdown_grace).await;
+        };
+        tokio::pin!(grace);
+        loop {
+            tokio::select! {
+                next = pending.next() => match next {
+                    Some((i, topic, report)) => {
+                        open.remove(&i);
+                        outcomes[i] = match report {
+                            Ok(Ok(_)) => Outcome::Published,
+                            Ok(Err((err, _msg))) => {
+                                timed_out |= err.rdkafka_error_code()
+                                    == Some(RDKafkaErrorCode::MessageTimedOut);
+                                Outcome::Failed(self.classify(&topic, &err))
+                            }
+                            Err(_canceled) => Outcome::Failed(SinkError::unavailable(
+                                "Kafka: the producer went away before the delivery report",
+                            )),
+                        };
+                    }
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    timed_out = true;
+                    break;
+                }
+                _ = &mut grace => {
+                    for i in open.drain() {
+                        outcomes[i] = Outcome::Abandoned;
+                    }
+                    break;
+                }
+            }
+        }
+        if outcomes.iter().any(|o| matches!(o, Outcome::Published)) {
+            *self
+                .state
+                .last_problem
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = None;
+        } else if timed_out {
+            // Every delivery of the batch failed and some timed out: the idempotent producer now
+            // has to bump its epoch with the broker, which a broker that lost its state in a
+            // restart may never let it do (seen with Tansu: every later message times out too).
+            // A new producer starts a new idempotence session; nothing is lost, the rows are
+            // given back.
+            self.state.rebuild.store(true, Ordering::SeqCst);
+        }
+        outcomes
+    }
+
+    fn describe(&self) -> String {
+        self.display.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_with_debezium_defaults_and_refuse_what_would_be_wrong() {
+        let s = parse_spec("kafka://127.0.0.1:9092,k2:9093").unwrap();
+        assert_eq!(s.bootstrap, vec!["127.0.0.1:9092", "k2:9093"]);
+        assert_eq!(
+            (s.topic.as_str(), s.key.as_deref()),
+            (DEFAULT_TOPIC, Some(DEFAULT_KEY))
+        );
+        let s = parse_spec("kafka://k:9092?topic=t.{event_type}&key=&compression=lz4").unwrap();
+        assert_eq!(
+            (s.topic.as_str(), s.key, s.compression.as_deref()),
+            ("t.{event_type}", None, Some("lz4"))
+        );
+        for bad in [
+            "kafka://",
+            "kafka://host",
+            "kafka://:9092",
+            "kafka://h:0",
+            "kafka://h:9092,",
+            "kafka://u:p@h:9092",
+            "kafka://h:9092?topics=x",
+            "kafka://h:9092?compression=brotli",
+        ] {
+            assert!(parse_spec(bad).is_err(), "{bad}");
+        }
+        assert!(parse_spec("kafka://u:secret@h:9092")
+            .unwrap_err()
+            .contains("--kafka-property"));
+    }
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert_eq!(invalid_topic("outbox.event.order_v2-x"), None);
+        for bad in ["", ".", "..", "a b", "a/b", "ä", &"t".repeat(250)] {
+            assert!(invalid_topic(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn properties_split_on_the_first_equals_and_managed_ones_are_refused() {
+        let p = parse_properties(&["sasl.password=a=b".into(), "".into()]).unwrap();
+        assert_eq!(p, vec![("sasl.password".into(), "a=b".into())]);
+        let e = parse_properties(&["enable.idempotence=false".into()]).unwrap_err();
+        assert!(e.contains("enable.idempotence"), "{e}");
+        let e = parse_properties(&["sasl.password".into()]).unwrap_err();
+        assert!(e.contains("KEY=VALUE"), "{e}");
+    }
+
+    #[test]
+    fn the_message_timeout_is_below_the_publish_timeout() {
+        assert_eq!(
+            message_timeout(Duration::from_secs(15)),
+            Duration::from_secs(14)
+        );
+        assert_eq!(
+            message_timeout(Duration::from_secs(2)),
+            Duration::from_millis(1600)
+        );
+        assert!(message_timeout(Duration::from_millis(50)) >= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_refused_property_value_is_never_shown() {
+        let err = KafkaSink::new(
+            "kafka://127.0.0.1:9",
+            &["acks=SecretCanary42".into()],
+            Duration::from_secs(5),
+        )
+        .err()
+        .expect("refused");
+        let text = err.to_string();
+        assert!(!text.contains("SecretCanary42"), "{text}");
+        assert!(text.contains("acks"), "{text}");
+    }
+}
