@@ -45,6 +45,7 @@ complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "ordering" -d 'O
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "events" -d 'Any event, in any state: list, show, cancel, reschedule and edit'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "event" -d 'Any event, in any state: list, show, cancel, reschedule and edit'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "prune" -d 'Delete published events past their retention, in short batches (for cron)'
+complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "doctor" -d 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
 complete -c outboxctl -n "__fish_outboxctl_needs_command" -f -a "bench" -d 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
@@ -55,6 +56,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l connect-
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l status -l dry-run -d 'List applied and pending migrations; change nothing'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l check -d 'Change nothing; exit 0 when the schema is up to date, 6 when migrations are pending (also a seed-era table `migrate` would adopt, or no outbox at all), 2 when existing tables conflict with migration 1. For init containers and deploy pipelines'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -l json -d 'Print JSON on stdout instead of a table'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand migrate" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
@@ -106,6 +108,7 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l kafka-prop
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l signing-secret-env -d 'Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable: `whsec_...`, or two separated by a space during rotation. The secret itself never goes on the command line' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l async-commit -d 'Let the relay\'s own session commit asynchronously (synchronous_commit=off). A mark lost in a server crash only causes a re-publish with the same dedup id' -r -f -a "true\t''
 false\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l metrics-addr -d 'Daemon: serve Prometheus metrics (GET /metrics) and probes (GET /livez: the loop makes progress; GET /readyz: the database answers and the sink is not in an outage) on this address, e.g. 0.0.0.0:9464. Off by default. Not with --once (a run that exits is not scraped: use `stats` for cron). A port in use fails the start (exit 1)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l once -d 'Drain what is ready now, print a summary, exit'
@@ -120,9 +123,22 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l connect-ti
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l by -d 'Break the figures down by a column' -r -f -a "event-type\t''
 tenant\t''
 aggregate-type\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l format -d 'Output format: human (a table), json (the same as --json) or prometheus (text exposition, for node_exporter\'s textfile collector) [default: human, json with --json]. An explicit --format wins over --json' -r -f -a "human\t''
+json\t''
+prometheus\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l output -d 'Write the output to this file instead of stdout, atomically: a temporary file in the same directory, renamed over PATH, so a reader (node_exporter) never sees half a file. With --format prometheus or json' -r -F
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l warn-lag -d 'WARNING when the oldest pending event (by created_at) is older than this, e.g. 1m' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l crit-lag -d 'CRITICAL when the oldest pending event (by created_at) is older than this, e.g. 5m' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l warn-dead -d 'WARNING when more than N events are dead-lettered (0: any dead letter)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l crit-dead -d 'CRITICAL when more than N events are dead-lettered' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l warn-backlog -d 'WARNING when more than N events are due and unpublished (ready + in flight; scheduled events are not backlog until due)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l crit-backlog -d 'CRITICAL when more than N events are due and unpublished (ready + in flight)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l warn-retrying -d 'WARNING when more than N pending events have failed at least once (retrying)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l crit-retrying -d 'CRITICAL when more than N pending events have failed at least once (retrying)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -l check -d 'Compare the totals with the thresholds below and print one Nagios status line with performance data (or --json). Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the database unreachable, bad arguments, or any other error), instead of the general ones. Needs at least one threshold'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -824,6 +840,26 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s v -l verbo
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -s V -l version -d 'Print version'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l database-url -d 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l schema -d 'Schema holding the outbox tables (created by `migrate` if missing)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l connect-timeout -d 'Give up connecting after this long (e.g. 5s)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l warn-lag -d 'WARN when the oldest pending event (by created_at) is older than this' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l crit-lag -d 'FAIL when the oldest pending event (by created_at) is older than this' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l max-xact-age -d 'WARN when a transaction, prepared transaction or replication slot has held back vacuum\'s xmin horizon for longer than this' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l retention -d 'WARN when published events older than this are still in the table (prune is not running)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l lease -d 'The relay\'s --lease, to check against --publish-timeout (the relay\'s variable)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l publish-timeout -d 'The relay\'s --publish-timeout [default: half the lease]' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l sink -d 'The relay\'s --sink: for nats://, the stream capturing the subject must keep duplicates for at least the retry horizon (placeholders in the subject are filled with a sample value)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l max-attempts -d 'The relay\'s --max-attempts, for the retry horizon' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l backoff-base -d 'The relay\'s --backoff-base, for the retry horizon' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l backoff-max -d 'The relay\'s --backoff-max, for the retry horizon' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l json -d 'Print JSON on stdout instead of a table'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -s V -l version -d 'Print version'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand completions" -s v -l verbose -d 'More of outboxctl\'s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
@@ -861,19 +897,20 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s v -l verbo
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s q -l quiet -d 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand bench" -s V -l version -d 'Print version'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "migrate" -d 'Create or upgrade the outbox schema (safe when several replicas run it at once)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "publish" -d 'Insert events: one from flags, or many from a JSON-lines file'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "relay" -d 'Relay ready events to a sink: `--once` for cron, or as a daemon'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "stats" -d 'Backlog, lag, in-flight, dead letters and throughput'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "dead" -d 'Dead letters: list, show, discard and export events the relay gave up on'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "requeue" -d 'Send dead-lettered events again, by ids or by filters (--all for every one)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "ordering" -d 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "events" -d 'Any event, in any state: list, show, cancel, reschedule and edit'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "prune" -d 'Delete published events past their retention, in short batches (for cron)'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "completions" -d 'Print a shell completion script'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "bench" -d 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune completions demo bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "migrate" -d 'Create or upgrade the outbox schema (safe when several replicas run it at once)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "publish" -d 'Insert events: one from flags, or many from a JSON-lines file'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "relay" -d 'Relay ready events to a sink: `--once` for cron, or as a daemon'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "stats" -d 'Backlog, lag, in-flight, dead letters and throughput'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "dead" -d 'Dead letters: list, show, discard and export events the relay gave up on'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "requeue" -d 'Send dead-lettered events again, by ids or by filters (--all for every one)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "ordering" -d 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "events" -d 'Any event, in any state: list, show, cancel, reschedule and edit'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "prune" -d 'Delete published events past their retention, in short batches (for cron)'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "doctor" -d 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "completions" -d 'Print a shell completion script'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "demo" -d 'Show the tool end to end in a scratch schema, then drop it'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "bench" -d 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and not __fish_seen_subcommand_from migrate publish relay stats dead requeue ordering events prune doctor completions demo bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from dead" -f -a "list" -d 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error\'s first line'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from dead" -f -a "show" -d 'A dead letter in full: every column, payload and headers pretty-printed, the whole last_error, and its requeue history'
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand help; and __fish_seen_subcommand_from dead" -f -a "discard" -d 'Delete dead-lettered events, by ids or by filters (--all for every one)'
