@@ -241,6 +241,11 @@ pub async fn ensure_migrated_through<'a>(
 /// connections are not pinged on acquire (a round trip per statement on the hot path); after a
 /// connection breaks, the relay retries on one from [`acquire_live`] and closes the broken one
 /// ([`discard_if_broken`]).
+///
+/// Sequential scans are disabled for these sessions: every relay statement reaches its rows
+/// through an index or by TID, and the claims' plans are made once per connection and reused
+/// (see `relay::claim_sql`): a plan made while the table was empty would otherwise pick a Seq
+/// Scan for the claim's TID lookup and keep it, on a growing table, until the next vacuum.
 pub async fn pool_for_relay(
     cfg: &DbConfig,
     max: u32,
@@ -258,7 +263,8 @@ pub async fn pool_for_relay(
             Box::pin(async move {
                 use sqlx::Executor;
                 let sql = format!(
-                    "SET idle_in_transaction_session_timeout = {idle_ms}; SET synchronous_commit = {}",
+                    "SET idle_in_transaction_session_timeout = {idle_ms}; SET synchronous_commit = {};
+                     SET enable_seqscan = off",
                     if async_commit { "off" } else { "on" }
                 );
                 conn.execute(sql.as_str()).await?;

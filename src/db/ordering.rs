@@ -614,7 +614,7 @@ mod tests {
 
     #[test]
     fn the_unordered_claim_is_todays_with_the_ordered_types_left_out() {
-        let ready = crate::db::relay::ready_filtered(NOT_ORDERED);
+        let ready = crate::db::relay::ready_filtered(10, NOT_ORDERED);
         assert!(ready.contains("WHERE aggregate_type <> ALL"), "{ready}");
         assert!(ready.contains("AND published_at IS NULL"), "{ready}");
         assert!(ready.contains("FOR UPDATE SKIP LOCKED"), "{ready}");

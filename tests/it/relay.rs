@@ -847,12 +847,16 @@ async fn claims_generic_plans_never_scan_the_table() {
         .execute(&mut *c)
         .await
         .unwrap();
+    let limit = sql::BatchLimit {
+        rows: 100,
+        bytes: 16 << 20,
+    };
     for (name, sql, args) in [
-        ("claim_tx", sql::claim_tx_sql(), "(100, 16777216)"),
+        ("claim_tx", sql::claim_tx_sql(limit), ""),
         (
             "claim_lease",
-            sql::claim_lease_sql(),
-            "(100, 30000000, gen_random_uuid(), 16777216)",
+            sql::claim_lease_sql(limit),
+            "(30000000, gen_random_uuid())",
         ),
     ] {
         sqlx::raw_sql(&format!("PREPARE {name} AS {sql}"))
@@ -870,4 +874,84 @@ async fn claims_generic_plans_never_scan_the_table() {
         );
         assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
     }
+}
+
+#[tokio::test]
+async fn claims_are_planned_once_per_connection() {
+    // Re-planning the byte-budgeted claim at every run was half of a small claim's server cost.
+    let db = TestDb::new().await;
+    db.seed_ready(50).await;
+    let pool = outboxctl::db::pool_for_relay(&db.config(), 1, true, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut c = pool.acquire().await.unwrap();
+    let limit = sql::BatchLimit {
+        rows: 2,
+        bytes: 16 << 20,
+    };
+    for _ in 0..8 {
+        use sqlx::Connection;
+        let mut tx = c.begin().await.unwrap();
+        assert_eq!(sql::claim_tx(&mut tx, limit).await.unwrap().rows.len(), 2);
+        tx.rollback().await.unwrap();
+        let token = Uuid::new_v4();
+        let got = sql::claim_lease(&mut c, limit, Duration::from_secs(30), token)
+            .await
+            .unwrap();
+        assert_eq!(got.rows.len(), 2);
+        let ids: Vec<i64> = got.rows.iter().map(|r| r.id).collect();
+        sql::release(&mut c, &ids, token).await.unwrap();
+    }
+    let plans: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT CASE WHEN statement LIKE '%claim_token = $2%' THEN 'lease' ELSE 'tx' END,
+                generic_plans, custom_plans
+           FROM pg_prepared_statements
+          WHERE statement LIKE '%WITH sized AS MATERIALIZED%'
+            AND statement NOT LIKE '%pg_prepared_statements%'
+          ORDER BY 1",
+    )
+    .fetch_all(&mut *c)
+    .await
+    .unwrap();
+    // tx: no parameters, one plan reused; lease: PostgreSQL's five custom plans, then the
+    // generic one (its parameters are the lease and the token, which the plan does not depend on).
+    assert_eq!(
+        plans,
+        vec![("lease".into(), 3, 5), ("tx".into(), 8, 0)],
+        "generic and custom plans per claim statement"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_planned_on_an_empty_table_keeps_its_tid_scan() {
+    // The relay's sessions keep a claim's plan: one made on an empty table must not be a Seq Scan
+    // that a growing table would then run at every claim until the next vacuum.
+    let db = TestDb::new().await;
+    let pool = outboxctl::db::pool_for_relay(&db.config(), 1, true, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut c = pool.acquire().await.unwrap();
+    let limit = sql::BatchLimit {
+        rows: 1000,
+        bytes: 16 << 20,
+    };
+    sqlx::raw_sql(&format!("PREPARE claim AS {}", sql::claim_tx_sql(limit)))
+        .execute(&mut *c)
+        .await
+        .unwrap();
+    sqlx::raw_sql("BEGIN; EXECUTE claim; ROLLBACK")
+        .execute(&mut *c)
+        .await
+        .unwrap();
+    db.seed_ready(5000).await;
+    let plan: Vec<String> = sqlx::query_scalar("EXPLAIN EXECUTE claim")
+        .fetch_all(&mut *c)
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Tid Scan") && plan.contains("outbox_ready_idx"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Seq Scan"), "{plan}");
 }
