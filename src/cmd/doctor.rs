@@ -133,7 +133,7 @@ const ROW_OVERHEAD_BYTES: f64 = 28.0;
 const PAGE: f64 = 8192.0;
 
 /// Indexes each migration creates: (migration, table, index).
-const EXPECTED_INDEXES: [(i64, &str, &str); 9] = [
+const EXPECTED_INDEXES: [(i64, &str, &str); 11] = [
     (1, "outbox", "outbox_pkey"),
     (1, "outbox", "outbox_idempotency_key_key"),
     (1, "outbox", "outbox_ready_idx"),
@@ -143,6 +143,8 @@ const EXPECTED_INDEXES: [(i64, &str, &str); 9] = [
     (3, "outbox_locks", "outbox_locks_pkey"),
     (4, "outbox_audit", "outbox_audit_pkey"),
     (4, "outbox_audit", "outbox_audit_event_id_idx"),
+    (6, "outbox", "outbox_key_pending_idx"),
+    (6, "outbox", "outbox_blocking_idx"),
 ];
 
 pub async fn run(args: DoctorArgs) -> anyhow::Result<u8> {
