@@ -534,6 +534,12 @@ fn build(
     if has_nul(payload.get()) {
         return Err(format!("payload {NUL}"));
     }
+    if let Some(len) = overlong_string(payload.get()) {
+        return Err(format!(
+            "payload holds a string of {len} bytes; PostgreSQL's jsonb holds strings up to \
+             {JSONB_MAX_STRING} bytes (256 MiB - 1)"
+        ));
+    }
     let tenant_id = match tenant {
         None => DEFAULT_TENANT,
         Some(t) => {
@@ -576,6 +582,34 @@ pub(crate) fn has_nul(json: &str) -> bool {
     }
     // A NUL can only be written as the escape \u0000; only then is the text worth parsing.
     json.contains("\\u0000") && serde_json::from_str::<Value>(json).is_ok_and(|v| walk(&v))
+}
+
+/// The longest string PostgreSQL's jsonb can hold, in bytes (`JENTRY_OFFLENMASK`).
+pub(crate) const JSONB_MAX_STRING: usize = (1 << 28) - 1;
+
+/// The length of a string (or key) in JSON text that jsonb cannot hold, if there is one. Checked
+/// here rather than left to the server: sending such a payload costs a message of hundreds of
+/// megabytes only to be refused (and such a send was seen to stall in the client library).
+/// Only text longer than the limit can hold such a string, so only then is it parsed.
+pub(crate) fn overlong_string(json: &str) -> Option<usize> {
+    fn walk(v: &Value) -> Option<usize> {
+        match v {
+            Value::String(s) => (s.len() > JSONB_MAX_STRING).then_some(s.len()),
+            Value::Array(a) => a.iter().find_map(walk),
+            Value::Object(o) => o.iter().find_map(|(k, v)| {
+                (k.len() > JSONB_MAX_STRING)
+                    .then_some(k.len())
+                    .or_else(|| walk(v))
+            }),
+            _ => None,
+        }
+    }
+    if json.len() <= JSONB_MAX_STRING {
+        return None;
+    }
+    serde_json::from_str::<Value>(json)
+        .ok()
+        .and_then(|v| walk(&v))
 }
 
 /// The single event described by the flags.
