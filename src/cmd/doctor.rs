@@ -133,7 +133,8 @@ const ROW_OVERHEAD_BYTES: f64 = 28.0;
 const PAGE: f64 = 8192.0;
 
 /// Indexes each migration creates: (migration, table, index).
-const EXPECTED_INDEXES: [(i64, &str, &str); 11] = [
+/// Not the key index of ordered delivery: it exists only while ordering is on ([`key_index_check`]).
+const EXPECTED_INDEXES: [(i64, &str, &str); 10] = [
     (1, "outbox", "outbox_pkey"),
     (1, "outbox", "outbox_idempotency_key_key"),
     (1, "outbox", "outbox_ready_idx"),
@@ -143,7 +144,6 @@ const EXPECTED_INDEXES: [(i64, &str, &str); 11] = [
     (3, "outbox_locks", "outbox_locks_pkey"),
     (4, "outbox_audit", "outbox_audit_pkey"),
     (4, "outbox_audit", "outbox_audit_event_id_idx"),
-    (6, "outbox", "outbox_key_pending_idx"),
     (6, "outbox", "outbox_blocking_idx"),
 ];
 
@@ -268,6 +268,10 @@ pub async fn diagnose(
     if exists {
         let indexes = sql::indexes(conn).await?;
         out.extend(index_checks(&indexes, &applied));
+        if applied.contains(&db::migrate::ORDERING_SCHEMA) {
+            let ordered = db::ordering::any_enabled(conn).await?;
+            out.extend(key_index_check(&indexes, ordered));
+        }
         out.push(trigger_check(sql::notify_trigger(conn).await?, &applied));
         let table = sql::table(conn).await?;
         out.push(dead_tuples_check(&table, now));
@@ -388,7 +392,9 @@ fn index_checks(found: &[sql::IndexRow], applied: &[i64]) -> Vec<Check> {
         });
     }
     for i in found.iter().filter(|i| !i.valid || !i.ready) {
-        if EXPECTED_INDEXES.iter().any(|(_, _, n)| *n == i.name) {
+        if i.name == db::ordering::KEY_INDEX
+            || EXPECTED_INDEXES.iter().any(|(_, _, n)| *n == i.name)
+        {
             continue;
         }
         out.push(check(
@@ -399,6 +405,43 @@ fn index_checks(found: &[sql::IndexRow], applied: &[i64]) -> Vec<Check> {
         ));
     }
     out
+}
+
+/// The key index of ordered delivery: needed (and checked) while some aggregate type is ordered;
+/// without ordering it should not exist, since every insert pays for it.
+fn key_index_check(found: &[sql::IndexRow], ordered: bool) -> Option<Check> {
+    let name = db::ordering::KEY_INDEX;
+    let row = found
+        .iter()
+        .find(|i| i.name == name && i.table_name == "outbox");
+    let fix = "run `outboxctl ordering enable` again: it rebuilds the index";
+    Some(match (row, ordered) {
+        (None, false) => return None,
+        (None, true) => check(
+            format!("index:{name}"),
+            Status::Fail,
+            format!("missing while ordering is on: the ordered claim walks it; {fix}"),
+            json!({ "table": "outbox", "present": false, "ordering": true }),
+        ),
+        (Some(i), true) if !i.valid || !i.ready => check(
+            format!("index:{name}"),
+            Status::Fail,
+            format!("invalid (an interrupted `ordering enable`): the ordered claim cannot use it; {fix}"),
+            json!({ "table": "outbox", "present": true, "valid": false, "ordering": true }),
+        ),
+        (Some(i), true) => check(
+            format!("index:{name}"),
+            Status::Pass,
+            format!("present and valid ({}), ordering is on", mib(i.size_bytes)),
+            json!({ "table": "outbox", "present": true, "valid": true, "size_bytes": i.size_bytes, "ordering": true }),
+        ),
+        (Some(i), false) => check(
+            format!("index:{name}"),
+            Status::Warn,
+            format!("present ({}) while no aggregate type is ordered: every insert pays for it; `outboxctl ordering disable` drops it", mib(i.size_bytes)),
+            json!({ "table": "outbox", "present": true, "valid": i.valid && i.ready, "ordering": false }),
+        ),
+    })
 }
 
 fn trigger_check(t: Option<sql::TriggerRow>, applied: &[i64]) -> Check {

@@ -1,6 +1,7 @@
 //! `outboxctl ordering enable|disable|status|skip`: the database switch for ordered delivery per
 //! key, and skipping a key's head.
 
+use anyhow::Context;
 use serde::Serialize;
 
 use crate::cli::{
@@ -48,8 +49,106 @@ fn types(given: &[String]) -> Result<Vec<String>, CodedError> {
 struct ChangeReport {
     enabled: bool,
     changed: Vec<String>,
+    /// What happened to the key index the ordered claim walks.
+    key_index: KeyIndex,
     /// Running relays follow the change within this many milliseconds.
     relays_follow_within_ms: u64,
+}
+
+/// What `enable`/`disable` did to the key index ([`sql::KEY_INDEX`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum KeyIndex {
+    /// It did not exist and was built.
+    Built,
+    /// It was invalid (an interrupted build) and was built again.
+    Rebuilt,
+    /// It was there and stays.
+    Kept,
+    /// No aggregate type is ordered any more, so it was dropped.
+    Dropped,
+    /// It does not exist, and nothing is ordered.
+    Absent,
+}
+
+/// How often a waiting `enable`/`disable` retries the switch's lock, and the progress of a build.
+const SWITCH_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Runs `f` holding the ordering switch's lock on `conn`, released whatever `f` returns.
+async fn with_switch_lock<T>(
+    conn: &mut sqlx::PgConnection,
+    f: impl AsyncFnOnce(&mut sqlx::PgConnection) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut told = false;
+    while !sql::try_lock_switch(conn)
+        .await
+        .context("taking the ordering switch's lock")?
+    {
+        if !told {
+            output::note("waiting for another `outboxctl ordering enable|disable` to finish");
+            told = true;
+        }
+        tokio::time::sleep(SWITCH_POLL).await;
+    }
+    let out = f(&mut *conn).await;
+    let unlocked = sql::unlock_switch(conn).await;
+    let out = out?;
+    unlocked.context("releasing the ordering switch's lock")?;
+    Ok(out)
+}
+
+/// Builds the key index if it is missing or invalid, with a progress bar on a terminal that
+/// follows the build on a second connection (`pg_stat_progress_create_index`).
+async fn ensure_key_index(pool: &sqlx::PgPool, json: bool) -> anyhow::Result<KeyIndex> {
+    let mut conn = pool.acquire().await?;
+    let state = sql::key_index(&mut conn).await?;
+    if state == Some(true) {
+        return Ok(KeyIndex::Kept);
+    }
+    let rebuilt = state.is_some();
+    if rebuilt {
+        output::note(format!(
+            "the key index {} is invalid (an interrupted build): building it again",
+            sql::KEY_INDEX
+        ));
+        sql::drop_key_index(&mut conn)
+            .await
+            .context("dropping the invalid key index")?;
+    }
+    let pid = sql::backend_pid(&mut conn).await?;
+    let pb = output::progress(Some(0), json, "building the key index (blocks)");
+    let mut watcher = pool.acquire().await?;
+    let started = std::time::Instant::now();
+    let build = sql::create_key_index(&mut conn);
+    tokio::pin!(build);
+    let mut tick = tokio::time::interval(SWITCH_POLL);
+    loop {
+        tokio::select! {
+            done = &mut build => {
+                done.with_context(|| format!("building the key index {}", sql::KEY_INDEX))?;
+                break;
+            }
+            _ = tick.tick(), if !pb.is_hidden() => {
+                if let Ok(Some((phase, done, total))) = sql::key_index_progress(&mut watcher, pid).await {
+                    pb.set_length(total.max(0) as u64);
+                    pb.set_position(done.max(0) as u64);
+                    pb.set_message(phase);
+                }
+            }
+        }
+    }
+    pb.finish_and_clear();
+    output::note(format!(
+        "built the key index {} in {}: every insert into the outbox now also updates it; the \
+         `ordering disable` that switches the last type off drops it",
+        sql::KEY_INDEX,
+        output::human_duration(started.elapsed())
+    ));
+    Ok(if rebuilt {
+        KeyIndex::Rebuilt
+    } else {
+        KeyIndex::Built
+    })
 }
 
 async fn enable(args: OrderingEnableArgs) -> anyhow::Result<u8> {
@@ -66,13 +165,20 @@ async fn enable(args: OrderingEnableArgs) -> anyhow::Result<u8> {
         actor: config::actor(&args.audit)?,
         reason: reason(args.reason.as_deref())?,
     };
-    let pool = db::pool_migrated(&cfg, 1).await?;
+    let json = args.output.json;
+    let pool = db::pool_migrated(&cfg, 3).await?;
     db::ensure_migrated_through(&pool, &cfg, ORDERING_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
-    let changed = sql::enable(&mut conn, &types, on_dead, &audit)
-        .await
-        .map_err(|e| anyhow::anyhow!(e).context("switching ordering on"))?;
-    report(true, changed, args.output.json, Some(on_dead))
+    let (index, changed) = with_switch_lock(&mut conn, async |conn| {
+        // The index first: relays take the ordered claim, which walks it, as soon as the row is in.
+        let index = ensure_key_index(&pool, json).await?;
+        let changed = sql::enable(conn, &types, on_dead, &audit)
+            .await
+            .map_err(|e| anyhow::anyhow!(e).context("switching ordering on"))?;
+        Ok((index, changed))
+    })
+    .await?;
+    report(true, changed, index, json, Some(on_dead))
 }
 
 async fn disable(args: OrderingDisableArgs) -> anyhow::Result<u8> {
@@ -85,15 +191,34 @@ async fn disable(args: OrderingDisableArgs) -> anyhow::Result<u8> {
     let pool = db::pool_migrated(&cfg, 1).await?;
     db::ensure_migrated_through(&pool, &cfg, ORDERING_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
-    let changed = sql::disable(&mut conn, &types, &audit)
-        .await
-        .map_err(|e| anyhow::anyhow!(e).context("switching ordering off"))?;
-    report(false, changed, args.output.json, None)
+    let (index, changed) = with_switch_lock(&mut conn, async |conn| {
+        let changed = sql::disable(conn, &types, &audit)
+            .await
+            .map_err(|e| anyhow::anyhow!(e).context("switching ordering off"))?;
+        let index = match sql::key_index(conn).await? {
+            None => KeyIndex::Absent,
+            Some(_) if !sql::any_enabled(conn).await? => {
+                sql::drop_key_index(conn)
+                    .await
+                    .with_context(|| format!("dropping the key index {}", sql::KEY_INDEX))?;
+                output::note(format!(
+                    "dropped the key index {}: no aggregate type is ordered",
+                    sql::KEY_INDEX
+                ));
+                KeyIndex::Dropped
+            }
+            Some(_) => KeyIndex::Kept,
+        };
+        Ok((index, changed))
+    })
+    .await?;
+    report(false, changed, index, args.output.json, None)
 }
 
 fn report(
     enabled: bool,
     changed: Vec<String>,
+    key_index: KeyIndex,
     json: bool,
     on_dead: Option<sql::OnDead>,
 ) -> anyhow::Result<u8> {
@@ -102,6 +227,7 @@ fn report(
         output::print_json(&ChangeReport {
             enabled,
             changed,
+            key_index,
             relays_follow_within_ms: within.as_millis() as u64,
         })?;
         return Ok(OK);

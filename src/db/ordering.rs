@@ -162,6 +162,96 @@ pub async fn disable(
     .await
 }
 
+/// The key index the ordered claim walks (see the module doc). It costs every producer insert one
+/// more index entry, ordered type or not, so it exists only while some type is ordered: built by
+/// `ordering enable`, dropped by the `ordering disable` that switches the last type off
+/// (migration 7 dropped it where ordering was off).
+pub const KEY_INDEX: &str = "outbox_key_pending_idx";
+
+/// Advisory lock class of the ordering switch (first key of the two-int form; the second is the
+/// schema): `enable` and `disable` hold it across their row change and the index DDL, so an
+/// `enable` racing the last `disable` cannot end with ordering on and no index.
+const SWITCH_LOCK_CLASS: i32 = 0x6f62_7806; // "obx" + 6
+
+/// Tries to take the ordering switch's lock (session-level). A try, not a wait: a session waiting
+/// on the lock in a statement would hold a snapshot that the holder's `CREATE INDEX CONCURRENTLY`
+/// waits for, a deadlock; the caller retries between statements instead.
+pub async fn try_lock_switch(conn: &mut PgConnection) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext(current_schema()))")
+        .bind(SWITCH_LOCK_CLASS)
+        .fetch_one(conn)
+        .await
+}
+
+pub async fn unlock_switch(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_unlock($1, hashtext(current_schema()))")
+        .bind(SWITCH_LOCK_CLASS)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Whether the key index exists, and if so whether it is usable (`indisvalid AND indisready`; a
+/// `CREATE INDEX CONCURRENTLY` that was interrupted or failed leaves it invalid).
+pub async fn key_index(conn: &mut PgConnection) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar(
+        "SELECT i.indisvalid AND i.indisready FROM pg_index i
+          WHERE i.indexrelid = to_regclass('outbox_key_pending_idx')",
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Builds the key index without blocking producers or relays (`CONCURRENTLY`, so it waits for the
+/// transactions already writing the outbox, and takes a full scan of it). Simple protocol: a
+/// concurrent build may not run in a transaction block. The definition is migration 6's.
+pub async fn create_key_index(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::raw_sql(
+        "CREATE INDEX CONCURRENTLY outbox_key_pending_idx
+           ON outbox (aggregate_type, tenant_id, aggregate_id, id)
+          WHERE published_at IS NULL AND dead_lettered_at IS NULL",
+    )
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// How far this session's index build is: `(phase, blocks done, blocks total)` from
+/// `pg_stat_progress_create_index`, read on another connection while `pid` builds.
+pub async fn key_index_progress(
+    conn: &mut PgConnection,
+    pid: i32,
+) -> sqlx::Result<Option<(String, i64, i64)>> {
+    sqlx::query_as(
+        "SELECT phase, blocks_done, blocks_total FROM pg_stat_progress_create_index WHERE pid = $1",
+    )
+    .bind(pid)
+    .fetch_optional(conn)
+    .await
+}
+
+/// This session's backend pid (to follow its index build from another connection).
+pub async fn backend_pid(conn: &mut PgConnection) -> sqlx::Result<i32> {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(conn)
+        .await
+}
+
+/// Drops the key index without blocking producers or relays (waits for their transactions).
+pub async fn drop_key_index(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::raw_sql("DROP INDEX CONCURRENTLY IF EXISTS outbox_key_pending_idx")
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Whether any aggregate type is ordered.
+pub async fn any_enabled(conn: &mut PgConnection) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT FROM outbox_ordering)")
+        .fetch_one(conn)
+        .await
+}
+
 /// What `ordering skip` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

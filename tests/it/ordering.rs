@@ -541,3 +541,147 @@ async fn many_keys_with_one_event_each_and_unordered_types_beside_them() {
     assert!(seen.values().all(|n| *n == 1), "each exactly once");
     assert_eq!(pending(&db).await, 0);
 }
+
+const KEY_INDEX_STATE: &str = "SELECT (SELECT CASE WHEN i.indisvalid AND i.indisready THEN 'valid' ELSE 'invalid' END
+                                  FROM pg_index i WHERE i.indexrelid = to_regclass('outbox_key_pending_idx'))";
+
+/// `doctor --json`, whatever its verdict (the shared test server warns about its settings).
+fn doctor_json(db: &TestDb) -> Value {
+    let out = db
+        .cmd()
+        .args(["doctor", "--json"])
+        .output()
+        .expect("doctor");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}: {}", stdout(&out)))
+}
+
+async fn key_index(db: &TestDb) -> Option<String> {
+    db.scalar::<Option<String>>(KEY_INDEX_STATE).await
+}
+
+/// The key index costs every producer insert one more index entry, so it exists only while some
+/// aggregate type is ordered: `ordering enable` builds it, the last `ordering disable` drops it,
+/// and an index left invalid by an interrupted build is rebuilt by the next `enable`.
+#[tokio::test]
+async fn the_key_index_exists_only_while_ordering_is_on() {
+    let db = TestDb::new().await;
+    assert_eq!(
+        key_index(&db).await,
+        None,
+        "a fresh outbox has no key index"
+    );
+    db.seed_ready(50).await;
+
+    let on = run_json(
+        &db,
+        &["ordering", "enable", "--aggregate-type", "order", "--json"],
+    );
+    assert_eq!(on["key_index"], "built", "{on}");
+    assert_eq!(key_index(&db).await.as_deref(), Some("valid"));
+    let again = run_json(
+        &db,
+        &[
+            "ordering",
+            "enable",
+            "--aggregate-type",
+            "invoice",
+            "--json",
+        ],
+    );
+    assert_eq!(again["key_index"], "kept", "{again}");
+
+    let off = run_json(
+        &db,
+        &["ordering", "disable", "--aggregate-type", "order", "--json"],
+    );
+    assert_eq!(off["key_index"], "kept", "invoice is still ordered: {off}");
+    assert_eq!(key_index(&db).await.as_deref(), Some("valid"));
+    let off = run_json(
+        &db,
+        &[
+            "ordering",
+            "disable",
+            "--aggregate-type",
+            "invoice",
+            "--json",
+        ],
+    );
+    assert_eq!(off["key_index"], "dropped", "{off}");
+    assert_eq!(
+        key_index(&db).await,
+        None,
+        "the last disable drops the index"
+    );
+
+    // An interrupted CREATE INDEX CONCURRENTLY leaves the index invalid; the next enable rebuilds it.
+    run(&db, &["ordering", "enable"], 0);
+    db.exec(
+        "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass('outbox_key_pending_idx')",
+    )
+    .await;
+    assert_eq!(key_index(&db).await.as_deref(), Some("invalid"));
+    let doctor = doctor_json(&db);
+    let check = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "index:outbox_key_pending_idx")
+        .unwrap_or_else(|| panic!("doctor checks the key index while ordering is on: {doctor}"));
+    assert_eq!(check["status"], "FAIL", "{check}");
+    assert!(
+        check["message"]
+            .as_str()
+            .unwrap()
+            .contains("outboxctl ordering enable"),
+        "{check}"
+    );
+    let on = run_json(&db, &["ordering", "enable", "--on-dead", "skip", "--json"]);
+    assert_eq!(on["key_index"], "rebuilt", "{on}");
+    assert_eq!(key_index(&db).await.as_deref(), Some("valid"));
+
+    // With ordering off, doctor expects no key index.
+    run(&db, &["ordering", "disable"], 0);
+    let doctor = doctor_json(&db);
+    assert!(
+        !doctor["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "index:outbox_key_pending_idx"),
+        "{doctor}"
+    );
+}
+
+/// Migration 7 drops the key index of an outbox where ordering is off (producers stop paying for
+/// it) and keeps it where ordering is already on.
+#[tokio::test]
+async fn migration_7_keeps_the_key_index_only_where_ordering_is_on() {
+    for ordered in [false, true] {
+        let db = TestDb::unmigrated().await;
+        db.exec(&format!("CREATE SCHEMA \"{}\"", db.schema)).await;
+        let mut conn = outboxctl::db::connect(&db.config()).await.expect("connect");
+        let migrator = outboxctl::db::migrate::MIGRATOR.iter().take(6);
+        for m in migrator {
+            sqlx::raw_sql(&m.sql)
+                .execute(&mut conn)
+                .await
+                .expect("migration");
+        }
+        if ordered {
+            db.exec("INSERT INTO outbox_ordering (aggregate_type) VALUES ('order')")
+                .await;
+        }
+        let sql = &outboxctl::db::migrate::MIGRATOR
+            .iter()
+            .find(|m| m.version == 7)
+            .expect("migration 7")
+            .sql;
+        sqlx::raw_sql(sql)
+            .execute(&mut conn)
+            .await
+            .expect("migration 7");
+        let want = ordered.then(|| "valid".to_owned());
+        assert_eq!(key_index(&db).await, want, "ordering on: {ordered}");
+    }
+}
