@@ -14,6 +14,8 @@
 //! - disk full under the file sink.
 
 use std::process::{Child, Command};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::http::{Behaviour, Consumer};
@@ -855,17 +857,112 @@ async fn behind_a_pooler_that_drops_the_schema_commands_refuse_to_run() {
     );
 }
 
-/// Relays, `prune` in a loop and `requeue` through PgBouncer. Transaction pooling: PgBouncer
-/// before 1.21 cannot carry the named prepared statements sqlx uses, so there every command but
-/// `migrate` fails (`prepared statement "sqlx_s_1" already exists`), as the README says; from
-/// 1.21 on, with `max_prepared_statements`, the full scenario runs. Session pooling (any
-/// version): the full scenario, with the schema set as the database's search_path (the pooler
-/// drops `options`).
+/// Relays, `prune` in a loop and `requeue` through PgBouncer in session pooling (any version):
+/// the full scenario, with the schema set as the database's search_path (the pooler drops
+/// `options`). Transaction pooling: [`behind_pgbouncer_in_transaction_pooling`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_pgbouncer_relay_prune_and_requeue() {
     let version = pgbouncer_version();
-    let modern = version >= (1, 21);
-    for pool_mode in ["transaction", "session"] {
+    let pool_mode = "session";
+    let own = OwnDatabase::create().await;
+    let db = TestDb::new_at(&own.direct_url()).await;
+    db.exec(&format!(
+        "ALTER DATABASE {} SET search_path TO {}",
+        own.name, db.schema
+    ))
+    .await;
+    let bouncer = PgBouncer::start(
+        18346,
+        "obx",
+        &own.name,
+        pool_mode,
+        "ignore_startup_parameters = extra_float_digits, options",
+    );
+    let url = format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port);
+    let ck = Checker::new(
+        db,
+        &format!("PgBouncer {}.{} {pool_mode} pool", version.0, version.1),
+    );
+    let relays = pgbouncer_scenario(ck, &url, &[], ["lease", "lease"], pool_mode).await;
+    drop(relays);
+    drop(bouncer);
+}
+
+/// The PgBouncer scenario: two relays (`modes`) and `prune` and `requeue` in a loop through the
+/// pooler at `url` with the environment `env`, poison every 50th event; lost = 0, no duplicate.
+async fn pgbouncer_scenario(
+    mut ck: Checker,
+    url: &str,
+    env: &[(&str, &str)],
+    modes: [&str; 2],
+    pool_mode: &str,
+) -> Relays {
+    let consumer = Consumer::start();
+    let load = Load::new().poison(50);
+    let with_env = |mut c: Command| {
+        c.env("DATABASE_URL", url);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c
+    };
+    let mut relays = Relays::spawn(2, |i| {
+        with_env(relay_cmd(&ck.db, modes[i], &consumer.url(), 50, "2s"))
+    });
+    let producers = ck.produce(&load);
+    ck.wait_progress(load.events / 10).await;
+    let mut runs = 0;
+    while !producers.is_finished() || runs == 0 {
+        for args in [
+            &["prune", "--older-than", "1s", "--batch-size", "100"][..],
+            &["requeue", "--all"][..],
+        ] {
+            let out = with_env(ck.db.cmd()).args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{args:?} through PgBouncer: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        runs += 1;
+    }
+    let end = Instant::now();
+    let recovery = ck.wait_settled(end, SETTLE).await;
+    producers.await.unwrap();
+    relays.assert_running();
+    relays.stop();
+    let pruned: i64 = ck
+        .db
+        .scalar("SELECT count(*) FROM outbox_audit WHERE action = 'prune'")
+        .await;
+    assert!(pruned > 0, "no prune went through");
+    let report = ck
+        .check(
+            &consumer.processed(),
+            2,
+            &format!("through PgBouncer ({pool_mode} pooling), {runs} prune + requeue"),
+            0,
+            recovery,
+        )
+        .await;
+    report.assert_ok(&relays.logs());
+    relays
+}
+
+/// PgBouncer in transaction pooling (`pool_mode = transaction`, default settings: no
+/// `ignore_startup_parameters`, no search_path on the server, three server connections for every
+/// client): with `--pooler transaction` a lease-mode and a tx-mode relay, `prune` in a loop and
+/// `requeue` run the full scenario. The database's default search path leads to `public`, which
+/// has no outbox, so a statement that ran outside the transaction that sets the schema would
+/// fail; and no relay LISTENs (a LISTEN stays on a server connection other clients get).
+///
+/// Without `--pooler`, behind a PgBouncer before 1.21 (which cannot carry named prepared
+/// statements) told to ignore the startup parameters, with the schema as the database's search
+/// path, a relay fails with one line that says what to do, not sqlx's raw error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_pgbouncer_in_transaction_pooling() {
+    let version = pgbouncer_version();
+    if version < (1, 21) {
         let own = OwnDatabase::create().await;
         let db = TestDb::new_at(&own.direct_url()).await;
         db.exec(&format!(
@@ -874,86 +971,88 @@ async fn behind_pgbouncer_relay_prune_and_requeue() {
         ))
         .await;
         let bouncer = PgBouncer::start(
-            18346,
+            18700,
             "obx",
             &own.name,
-            pool_mode,
-            &format!(
-                "ignore_startup_parameters = extra_float_digits, options\n{}",
-                if modern {
-                    "max_prepared_statements = 200"
-                } else {
-                    ""
-                }
-            ),
+            "transaction",
+            "ignore_startup_parameters = extra_float_digits, options",
         );
-        let url = format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port);
-        if pool_mode == "transaction" && !modern {
-            db.seed_ready(10).await;
-            let out = db
-                .cmd()
-                .env("DATABASE_URL", &url)
-                .args(["relay", "--once", "--sink", "null"])
-                .output()
-                .unwrap();
-            let err = String::from_utf8_lossy(&out.stderr).into_owned();
-            assert!(!out.status.success(), "{err}");
-            assert!(err.contains("prepared statement"), "{err}");
-            let published: i64 = db
-                .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-                .await;
-            assert_eq!(published, 0);
-            continue;
-        }
-        let consumer = Consumer::start();
-        let mut ck = Checker::new(
-            db,
-            &format!("PgBouncer {}.{} {pool_mode} pool", version.0, version.1),
-        );
-        let load = Load::new().poison(50);
-        let mut relays = Relays::spawn(2, |_| {
-            let mut c = relay_cmd(&ck.db, "lease", &consumer.url(), 50, "2s");
-            c.env("DATABASE_URL", &url);
-            c
-        });
-        let producers = ck.produce(&load);
-        ck.wait_progress(load.events / 10).await;
-        let mut runs = 0;
-        while !producers.is_finished() || runs == 0 {
-            for args in [
-                &["prune", "--older-than", "1s", "--batch-size", "100"][..],
-                &["requeue", "--all"][..],
-            ] {
-                let out = ck
-                    .db
-                    .cmd()
-                    .env("DATABASE_URL", &url)
-                    .args(args)
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "{args:?} through PgBouncer: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            runs += 1;
-        }
-        let end = Instant::now();
-        let recovery = ck.wait_settled(end, SETTLE).await;
-        producers.await.unwrap();
-        relays.assert_running();
-        relays.stop();
-        let report = ck
-            .check(
-                &consumer.processed(),
-                2,
-                &format!("through PgBouncer ({pool_mode} pooling), {runs} prune + requeue"),
-                0,
-                recovery,
+        db.seed_ready(10).await;
+        let out = db
+            .cmd()
+            .env(
+                "DATABASE_URL",
+                format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port),
             )
+            .args(["relay", "--once", "--sink", "null"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains("connection pooler in transaction mode")
+                && err.contains("--pooler transaction"),
+            "{err}"
+        );
+        let published: i64 = db
+            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
             .await;
-        report.assert_ok(&relays.logs());
-        drop(bouncer);
+        assert_eq!(published, 0);
     }
+
+    let own = OwnDatabase::create().await;
+    let db = TestDb::new_at(&own.direct_url()).await;
+    let bouncer = PgBouncer::start(
+        18701,
+        "obx",
+        &own.name,
+        "transaction",
+        "default_pool_size = 3",
+    );
+    let url = format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port);
+    let pooled = [("OUTBOXCTL_POOLER", "transaction")];
+    // A command that needs a session of its own is refused before it connects.
+    let out = db
+        .cmd()
+        .env("DATABASE_URL", &url)
+        .envs(pooled)
+        .arg("migrate")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--pooler transaction"), "{err}");
+    let ck = Checker::new(
+        db,
+        &format!("PgBouncer {}.{} transaction pool", version.0, version.1),
+    );
+    let listening = Arc::new(AtomicBool::new(false));
+    let watch = {
+        let (pool, listening, name) =
+            (ck.db.pool.clone(), Arc::clone(&listening), own.name.clone());
+        tokio::spawn(async move {
+            loop {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'listen%'",
+                )
+                .bind(&name)
+                .fetch_one(&pool)
+                .await
+                .unwrap_or(0);
+                if n > 0 {
+                    listening.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let relays = pgbouncer_scenario(ck, &url, &pooled, ["lease", "tx"], "transaction").await;
+    watch.abort();
+    assert!(
+        !listening.load(std::sync::atomic::Ordering::SeqCst),
+        "a relay LISTENed through transaction pooling\n{}",
+        relays.logs()
+    );
+    drop(bouncer);
 }
