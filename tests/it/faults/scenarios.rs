@@ -1056,3 +1056,38 @@ async fn behind_pgbouncer_in_transaction_pooling() {
     );
     drop(bouncer);
 }
+
+/// `--pooler session` behind PgBouncer in session pooling with its default settings (no
+/// `ignore_startup_parameters`) and no search_path on the server: outboxctl sends no startup
+/// parameter the pooler refuses and sets the schema on each connection, so relay, stats and
+/// prune work on the configured schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_pgbouncer_in_session_pooling_with_default_settings() {
+    let own = OwnDatabase::create().await;
+    let db = TestDb::new_at(&own.direct_url()).await;
+    let bouncer = PgBouncer::start(18702, "obx", &own.name, "session", "");
+    let url = format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port);
+    db.seed_ready(10).await;
+    let pooled = |args: &[&str]| {
+        let out = db
+            .cmd()
+            .env("DATABASE_URL", &url)
+            .env("OUTBOXCTL_POOLER", "session")
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {err}\n{}", bouncer.log());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    pooled(&["relay", "--once", "--sink", "null"]);
+    let published: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+        .await;
+    assert_eq!(published, 10);
+    let stats = pooled(&["stats", "--json"]);
+    assert!(stats.contains(&db.schema), "{stats}");
+    pooled(&["prune", "--older-than", "1ms"]);
+    let left: i64 = db.scalar("SELECT count(*) FROM outbox").await;
+    assert_eq!(left, 0, "prune deleted the published events of the schema");
+}
