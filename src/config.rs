@@ -308,6 +308,38 @@ mod tests {
     }
 
     #[test]
+    fn poolers() {
+        let args = |pooler| DatabaseArgs {
+            database_url: Some("postgres://u@h/d".into()),
+            schema: "events".into(),
+            connect_timeout: Duration::from_secs(1),
+            pooler,
+        };
+        use crate::cli::PoolerArg;
+        let direct = DbConfig::from_args(&args(PoolerArg::None)).unwrap();
+        assert_eq!(direct.pooler, Pooler::None);
+        assert!(
+            direct.options.get_options().is_some(),
+            "the schema as `options`"
+        );
+        let session = DbConfig::from_args(&args(PoolerArg::Session)).unwrap();
+        assert!(
+            session.options.get_options().is_none(),
+            "no `options` for a pooler"
+        );
+        let err = DbConfig::from_args(&args(PoolerArg::Transaction)).unwrap_err();
+        assert_eq!(err.code, crate::exit::USAGE);
+        assert!(
+            err.message.contains("relay, prune and requeue"),
+            "{}",
+            err.message
+        );
+        let tx = DbConfig::from_args_pooled(&args(PoolerArg::Transaction)).unwrap();
+        assert_eq!(tx.pooler, Pooler::Transaction);
+        assert!(tx.options.get_options().is_none());
+    }
+
+    #[test]
     fn urls_are_redacted() {
         assert_eq!(
             redact_url("postgres://bob:s3cret@db:5432/app"),

@@ -491,7 +491,39 @@ pub async fn is_listening(conn: &mut PgConnection, channel: &str) -> sqlx::Resul
 
 #[cfg(test)]
 mod tests {
-    use super::first_schema;
+    use super::{first_schema, Pin};
+    use crate::cli::{DatabaseArgs, PoolerArg};
+    use crate::config::DbConfig;
+
+    #[test]
+    fn a_pin_opens_each_transaction_with_the_schema_and_the_settings() {
+        let cfg = |pooler| {
+            DbConfig::from_args_pooled(&DatabaseArgs {
+                database_url: Some("postgres://u@h/d".into()),
+                schema: "events".into(),
+                connect_timeout: std::time::Duration::from_secs(1),
+                pooler,
+            })
+            .unwrap()
+        };
+        for direct in [PoolerArg::None, PoolerArg::Session] {
+            assert!(!Pin::new(&cfg(direct), &[("a", "1".into())]).is_pinned());
+        }
+        let pin = super::relay_pin(
+            &cfg(PoolerArg::Transaction),
+            true,
+            std::time::Duration::from_secs(30),
+        );
+        assert_eq!(
+            pin.begin.as_deref(),
+            Some(
+                "BEGIN; DEALLOCATE ALL; SET LOCAL search_path TO \"events\"; \
+                 SET LOCAL extra_float_digits = 3; \
+                 SET LOCAL idle_in_transaction_session_timeout = 30000; \
+                 SET LOCAL synchronous_commit = off; SET LOCAL enable_seqscan = off"
+            )
+        );
+    }
 
     #[test]
     fn the_first_schema_of_a_search_path() {
