@@ -1168,3 +1168,83 @@ async fn behind_pgbouncer_in_session_pooling_with_default_settings() {
     let left: i64 = db.scalar("SELECT count(*) FROM outbox").await;
     assert_eq!(left, 0, "prune deleted the published events of the schema");
 }
+
+/// Why [`outboxctl::db::Pin`] puts every statement in a transaction under transaction pooling:
+/// sqlx sends a statement with parameters as Parse + Describe + Sync, then Bind + Execute + Sync,
+/// and PgBouncer in transaction pooling may give the second half to another server connection,
+/// whose unnamed statement is another client's. Eight clients with two server connections, each
+/// client its own statement (`SELECT $1::int + k`), unnamed: outside a transaction some answers
+/// are wrong (another client's statement ran with these parameters) or errors; inside one, every
+/// answer is right. So `.persistent(false)` alone would be silently wrong behind such a pooler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_pooling_splits_a_statement_outside_a_transaction() {
+    use sqlx::{ConnectOptions, Connection};
+    let own = OwnDatabase::create().await;
+    let bouncer = PgBouncer::start(
+        18704,
+        "obx",
+        &own.name,
+        "transaction",
+        "default_pool_size = 2",
+    );
+    let url = format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port);
+    let options: sqlx::postgres::PgConnectOptions = url
+        .parse::<sqlx::postgres::PgConnectOptions>()
+        .unwrap()
+        .extra_float_digits(None)
+        .statement_cache_capacity(0);
+    // (wrong answers, errors, statements run) of 8 clients for `dur`, in a transaction or not.
+    async fn run(
+        options: &sqlx::postgres::PgConnectOptions,
+        pinned: bool,
+        dur: Duration,
+    ) -> (usize, usize, usize) {
+        let mut tasks = Vec::new();
+        for k in 0..8i32 {
+            let options = options.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut conn = options.connect().await.unwrap();
+                let sql = format!("SELECT $1::int + {}", k * 1000);
+                let (mut wrong, mut bad, mut n) = (0, 0, 0);
+                let until = Instant::now() + dur;
+                while Instant::now() < until {
+                    let q = sqlx::query_scalar::<_, i32>(&sql)
+                        .bind(n as i32)
+                        .persistent(false);
+                    let got = if pinned {
+                        let mut tx = conn.begin().await.unwrap();
+                        let got = q.fetch_one(&mut *tx).await;
+                        tx.commit().await.unwrap();
+                        got
+                    } else {
+                        q.fetch_one(&mut conn).await
+                    };
+                    match got {
+                        Ok(v) if v == n as i32 + k * 1000 => {}
+                        Ok(_) => wrong += 1,
+                        Err(_) => bad += 1,
+                    }
+                    n += 1;
+                }
+                (wrong, bad, n)
+            }));
+        }
+        let mut total = (0, 0, 0);
+        for t in tasks {
+            let (w, b, n) = t.await.unwrap();
+            total = (total.0 + w, total.1 + b, total.2 + n);
+        }
+        total
+    }
+    let (wrong, failed, all) = run(&options, false, Duration::from_secs(5)).await;
+    assert!(
+        wrong + failed > 0,
+        "no statement was split across server connections in {all}"
+    );
+    let (w, f, n) = run(&options, true, Duration::from_secs(5)).await;
+    assert_eq!((w, f), (0, 0), "of {n} inside a transaction: wrong, failed");
+    eprintln!(
+        "outside a transaction, of {all}: {wrong} wrong answers, {failed} errors; inside, 0 of {n}"
+    );
+    drop(bouncer);
+}
