@@ -2,7 +2,10 @@
 //! Time always comes from the database clock (`now()`), never from the client.
 //!
 //! Every connection's `search_path` is the configured schema (set at connect time from the
-//! validated [`Schema`](crate::config::Schema)), so statements name tables unqualified.
+//! validated [`Schema`](crate::config::Schema)), so statements name tables unqualified. Behind a
+//! session-pooling proxy it is set with `SET` on each connection, behind a transaction-pooling
+//! one with `SET LOCAL` in each transaction, and there every statement runs in a transaction of
+//! its own ([`Pin`]).
 
 pub mod audit;
 pub mod dead;
