@@ -960,7 +960,7 @@ async fn behind_pgbouncer_relay_prune_and_requeue() {
         db,
         &format!("PgBouncer {}.{} {pool_mode} pool", version.0, version.1),
     );
-    let relays = pgbouncer_scenario(ck, &url, &[], ["lease", "lease"], pool_mode).await;
+    let relays = pgbouncer_scenario(ck, &url, &[], ["lease", "lease"], pool_mode, None).await;
     drop(relays);
     drop(bouncer);
 }
@@ -973,6 +973,7 @@ async fn pgbouncer_scenario(
     env: &[(&str, &str)],
     modes: [&str; 2],
     pool_mode: &str,
+    metrics_port: Option<u16>,
 ) -> Relays {
     let consumer = Consumer::start();
     let load = Load::new().poison(50);
@@ -984,10 +985,30 @@ async fn pgbouncer_scenario(
         c
     };
     let mut relays = Relays::spawn(2, |i| {
-        with_env(relay_cmd(&ck.db, modes[i], &consumer.url(), 50, "2s"))
+        let mut c = with_env(relay_cmd(&ck.db, modes[i], &consumer.url(), 50, "2s"));
+        if let (0, Some(port)) = (i, metrics_port) {
+            c.args(["--metrics-addr", &format!("127.0.0.1:{port}")]);
+        }
+        c
     });
     let producers = ck.produce(&load);
     ck.wait_progress(load.events / 10).await;
+    if let Some(port) = metrics_port {
+        // The probes' statements go through the pooler too.
+        let get = |path: &'static str| async move {
+            let r = reqwest::get(format!("http://127.0.0.1:{port}{path}"))
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        };
+        assert_eq!(get("/readyz").await, (200, "ok\n".to_owned()));
+        let metrics = get("/metrics").await.1;
+        assert!(
+            metrics.contains("outboxctl_backlog_ready")
+                && metrics.contains("outboxctl_database_up 1"),
+            "{metrics}"
+        );
+    }
     let mut runs = 0;
     while !producers.is_finished() || runs == 0 {
         for args in [
@@ -1124,7 +1145,15 @@ async fn behind_pgbouncer_in_transaction_pooling() {
             }
         })
     };
-    let relays = pgbouncer_scenario(ck, &url, &pooled, ["lease", "tx"], "transaction").await;
+    let relays = pgbouncer_scenario(
+        ck,
+        &url,
+        &pooled,
+        ["lease", "tx"],
+        "transaction",
+        Some(18705),
+    )
+    .await;
     watch.abort();
     assert!(
         !listening.load(std::sync::atomic::Ordering::SeqCst),
