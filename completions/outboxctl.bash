@@ -287,7 +287,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__bench)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --events --batch-size --relays --concurrency --mode --rate --latency-duration --delayed-events --prune-rows --keep-schema --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --events --batch-size --relays --concurrency --mode --rate --latency-duration --delayed-events --prune-rows --keep-schema --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -303,6 +303,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --events)
@@ -389,7 +393,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__dead__subcmd__discard)
-            opts="-y -v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --limit --batch-size --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --pooler --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --limit --batch-size --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -405,6 +409,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --event-type)
@@ -463,7 +471,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__dead__subcmd__export)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --limit --format --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --limit --format --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -479,6 +487,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --event-type)
@@ -617,7 +629,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__dead__subcmd__list)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --limit --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --limit --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -633,6 +645,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --event-type)
@@ -683,7 +699,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__dead__subcmd__show)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -701,6 +717,10 @@ _outboxctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -713,7 +733,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__demo)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -729,6 +749,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -743,7 +767,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__doctor)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --warn-lag --crit-lag --max-xact-age --retention --lease --publish-timeout --sink --max-attempts --backoff-base --backoff-max --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --warn-lag --crit-lag --max-xact-age --retention --lease --publish-timeout --sink --max-attempts --backoff-base --backoff-max --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -759,6 +783,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --warn-lag)
@@ -831,7 +859,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__cancel)
-            opts="-y -v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --state --limit --batch-size --force --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --pooler --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --state --limit --batch-size --force --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -847,6 +875,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --event-type)
@@ -909,7 +941,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__edit)
-            opts="-y -v -q -h -V --database-url --schema --connect-timeout --payload --set-header --unset-header --event-type --requeue --reason --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --pooler --payload --set-header --unset-header --event-type --requeue --reason --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -925,6 +957,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --payload)
@@ -1061,7 +1097,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__list)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --state --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --limit --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --state --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --limit --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1077,6 +1113,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --state)
@@ -1131,7 +1171,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__reschedule)
-            opts="-y -v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --state --limit --batch-size --at --delay --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --pooler --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --state --limit --batch-size --at --delay --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1147,6 +1187,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --event-type)
@@ -1217,7 +1261,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__events__subcmd__show)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1233,6 +1277,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -1639,7 +1687,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__migrate)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --dry-run --status --check --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --dry-run --status --check --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1655,6 +1703,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -1687,7 +1739,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__ordering__subcmd__disable)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --aggregate-type --reason --actor --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --aggregate-type --reason --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1703,6 +1755,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --aggregate-type)
@@ -1729,7 +1785,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__ordering__subcmd__enable)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --aggregate-type --on-dead --reason --actor --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --aggregate-type --on-dead --reason --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1745,6 +1801,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --aggregate-type)
@@ -1859,7 +1919,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__ordering__subcmd__skip)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --reason --actor --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --reason --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1875,6 +1935,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --reason)
@@ -1897,7 +1961,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__ordering__subcmd__status)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1915,6 +1979,10 @@ _outboxctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -1927,7 +1995,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__prune)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --older-than --dead-older-than --processed-older-than --batch-size --sleep --max-duration --max-batches --dry-run --actor --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --older-than --dead-older-than --processed-older-than --batch-size --sleep --max-duration --max-batches --dry-run --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1943,6 +2011,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --older-than)
@@ -1989,7 +2061,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__publish)
-            opts="-f -v -q -h -V --database-url --schema --connect-timeout --file --event-type --aggregate-type --aggregate-id --tenant --payload --header --idempotency-key --delay --at --batch-size --batch-bytes --json --verbose --quiet --log-format --help --version"
+            opts="-f -v -q -h -V --database-url --schema --connect-timeout --pooler --file --event-type --aggregate-type --aggregate-id --tenant --payload --header --idempotency-key --delay --at --batch-size --batch-bytes --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2005,6 +2077,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --file)
@@ -2071,7 +2147,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__relay)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --sink --once --mode --batch-size --batch-bytes --concurrency --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --kafka-property --signing-secret-env --async-commit --metrics-addr --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --sink --once --mode --batch-size --batch-bytes --concurrency --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --kafka-property --signing-secret-env --async-commit --metrics-addr --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2087,6 +2163,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --sink)
@@ -2177,7 +2257,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__requeue)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --limit --keep-attempts --delay --reason --batch-size --dry-run --actor --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --limit --keep-attempts --delay --reason --batch-size --dry-run --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2193,6 +2273,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --event-type)
@@ -2259,7 +2343,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__stats)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --by --format --output --json --check --warn-lag --crit-lag --warn-dead --crit-dead --warn-backlog --crit-backlog --warn-retrying --crit-retrying --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --by --format --output --json --check --warn-lag --crit-lag --warn-dead --crit-dead --warn-backlog --crit-backlog --warn-retrying --crit-retrying --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2275,6 +2359,10 @@ _outboxctl() {
                     ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
                     return 0
                     ;;
                 --by)

@@ -137,6 +137,32 @@ pub struct DatabaseArgs {
     /// Give up connecting after this long (e.g. 5s).
     #[arg(long, env = "OUTBOXCTL_CONNECT_TIMEOUT", default_value = "10s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub connect_timeout: Duration,
+
+    /// What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode
+    /// (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per
+    /// connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any
+    /// PgBouncer version): every statement in a transaction of its own that sets the schema and
+    /// the session's settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and
+    /// requeue run this way (other commands exit 2).
+    #[arg(
+        long,
+        env = "OUTBOXCTL_POOLER",
+        value_enum,
+        default_value_t = PoolerArg::None,
+        value_name = "KIND"
+    )]
+    pub pooler: PoolerArg,
+}
+
+/// `--pooler`: see [`crate::config::Pooler`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PoolerArg {
+    /// PostgreSQL itself (or a pooler that passes the `options` startup parameter on).
+    None,
+    /// A pooler in session mode.
+    Session,
+    /// A pooler in transaction mode.
+    Transaction,
 }
 
 /// Machine-readable output.

@@ -100,18 +100,49 @@ fn check_actor(a: &str) -> Result<String, CodedError> {
     Ok(a.to_owned())
 }
 
+/// What sits between outboxctl and PostgreSQL (`--pooler`), resolved from the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pooler {
+    /// PostgreSQL itself: the schema travels as the `options` startup parameter.
+    #[default]
+    None,
+    /// A pooler that gives each client connection a server connection of its own for its
+    /// lifetime (PgBouncer `pool_mode = session`): no startup parameters a pooler refuses; the
+    /// schema is set with `SET search_path` once per connection.
+    Session,
+    /// A pooler that lends a server connection per transaction (PgBouncer
+    /// `pool_mode = transaction`): every statement runs in a transaction of its own that sets
+    /// the session's settings with `SET LOCAL` (see [`crate::db::Pin`]).
+    Transaction,
+}
+
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub struct DbConfig {
     pub options: PgConnectOptions,
     pub schema: Schema,
     pub connect_timeout: Duration,
+    pub pooler: Pooler,
     /// "user@host:port/database", for messages; never holds the password.
     pub display: String,
 }
 
 impl DbConfig {
+    /// The settings of a command that needs a session of its own: `--pooler transaction` is
+    /// refused (exit 2) before connecting.
     pub fn from_args(args: &DatabaseArgs) -> Result<Self, CodedError> {
+        let cfg = Self::from_args_pooled(args)?;
+        if cfg.pooler == Pooler::Transaction {
+            return Err(CodedError::usage(
+                "--pooler transaction: only relay, prune and requeue run through transaction pooling; run this command against PostgreSQL directly or through session pooling (--pooler session)",
+            ));
+        }
+        Ok(cfg)
+    }
+
+    /// The settings of a command that also runs through transaction pooling (relay, prune,
+    /// requeue): each of its statements goes through [`crate::db::Pin`].
+    pub fn from_args_pooled(args: &DatabaseArgs) -> Result<Self, CodedError> {
         let schema = Schema::parse(&args.schema)?;
         let options = match args.database_url.as_deref().map(str::trim) {
             // Like libpq, only postgres:// and postgresql:// URLs. sqlx would take any scheme and
@@ -132,9 +163,22 @@ impl DbConfig {
             // libpq fallback: sqlx reads PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE.
             _ => PgConnectOptions::new(),
         };
-        let options = options
-            .application_name("outboxctl")
-            .options([("search_path", schema.quoted())]);
+        let pooler = match args.pooler {
+            crate::cli::PoolerArg::None => Pooler::None,
+            crate::cli::PoolerArg::Session => Pooler::Session,
+            crate::cli::PoolerArg::Transaction => Pooler::Transaction,
+        };
+        let options = options.application_name("outboxctl");
+        let options = match pooler {
+            Pooler::None => options.options([("search_path", schema.quoted())]),
+            // PgBouncer refuses startup parameters it does not track (`options`,
+            // `extra_float_digits`) unless told to ignore them, and then drops them: send
+            // neither, and set both on the session (or per transaction) instead.
+            Pooler::Session => options.extra_float_digits(None),
+            // And no statement cache: a cached statement lives on the server connection of the
+            // transaction that prepared it, which the next transaction may not get.
+            Pooler::Transaction => options.extra_float_digits(None).statement_cache_capacity(0),
+        };
         let display = format!(
             "{}@{}:{}/{}",
             options.get_username(),
@@ -146,6 +190,7 @@ impl DbConfig {
             options,
             schema,
             connect_timeout: args.connect_timeout,
+            pooler,
             display,
         })
     }
@@ -260,6 +305,38 @@ mod tests {
         );
         assert!(default_actor(Some("bob".into()), None).ends_with("@unknown-host"));
         assert!(!default_actor(Some("".into()), Some("h".into())).starts_with('@'));
+    }
+
+    #[test]
+    fn poolers() {
+        let args = |pooler| DatabaseArgs {
+            database_url: Some("postgres://u@h/d".into()),
+            schema: "events".into(),
+            connect_timeout: Duration::from_secs(1),
+            pooler,
+        };
+        use crate::cli::PoolerArg;
+        let direct = DbConfig::from_args(&args(PoolerArg::None)).unwrap();
+        assert_eq!(direct.pooler, Pooler::None);
+        assert!(
+            direct.options.get_options().is_some(),
+            "the schema as `options`"
+        );
+        let session = DbConfig::from_args(&args(PoolerArg::Session)).unwrap();
+        assert!(
+            session.options.get_options().is_none(),
+            "no `options` for a pooler"
+        );
+        let err = DbConfig::from_args(&args(PoolerArg::Transaction)).unwrap_err();
+        assert_eq!(err.code, crate::exit::USAGE);
+        assert!(
+            err.message.contains("relay, prune and requeue"),
+            "{}",
+            err.message
+        );
+        let tx = DbConfig::from_args_pooled(&args(PoolerArg::Transaction)).unwrap();
+        assert_eq!(tx.pooler, Pooler::Transaction);
+        assert!(tx.options.get_options().is_none());
     }
 
     #[test]

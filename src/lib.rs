@@ -52,5 +52,6 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Completions(_) => unreachable!("handled above"),
         }
+        .map_err(db::explain_pooler)
     })
 }

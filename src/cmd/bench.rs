@@ -369,6 +369,7 @@ async fn start_daemon(
 ) -> anyhow::Result<(CancellationToken, tokio::task::JoinHandle<()>)> {
     let relay = Relay {
         pool: db::pool_for_relay(cfg, 4, true, Duration::from_secs(30)).await?,
+        pin: db::Pin::default(),
         sink,
         cfg: RelayConfig {
             mode: if args.mode == crate::cli::RelayMode::Lease {

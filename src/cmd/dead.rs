@@ -191,6 +191,7 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
     }
     let started = Instant::now();
     let done = apply(
+        &db::Pin::default(),
         &mut conn,
         &ids,
         args.batch_size,
@@ -413,6 +414,7 @@ pub(crate) struct Applied {
 /// Applies `action` to `ids` in batches (ascending id order), one statement and so one short
 /// transaction per batch (writing its audit rows too), with a progress bar on a terminal.
 pub(crate) async fn apply(
+    pin: &db::Pin,
     conn: &mut PgConnection,
     ids: &[i64],
     batch_size: u32,
@@ -430,10 +432,12 @@ pub(crate) async fn apply(
     let mut done = Vec::with_capacity(sorted.len());
     let mut batches = 0;
     for chunk in sorted.chunks(batch_size as usize) {
-        let changed = match &action {
-            Action::Requeue(spec) => db::dead::requeue(conn, chunk, spec, audit).await?,
-            Action::Discard => db::dead::discard(conn, chunk, audit).await?,
-        };
+        let changed = pin
+            .run(conn, async |c| match &action {
+                Action::Requeue(spec) => db::dead::requeue(c, chunk, spec, audit).await,
+                Action::Discard => db::dead::discard(c, chunk, audit).await,
+            })
+            .await?;
         batches += 1;
         tracing::info!(batch = batches, rows = changed.len(), "{label}");
         done.extend(changed);

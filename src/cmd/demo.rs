@@ -114,6 +114,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
 
     let relay = Relay {
         pool: db::pool(cfg, 2).await?,
+        pin: db::Pin::default(),
         sink: std::sync::Arc::new(crate::sink::stdout::StdoutSink::new()),
         cfg: RelayConfig {
             mode: Mode::Tx,

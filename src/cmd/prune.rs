@@ -171,7 +171,7 @@ fn micros(d: Duration, flag: &str) -> Result<i64, CodedError> {
 }
 
 pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
-    let cfg = DbConfig::from_args(&args.db)?;
+    let cfg = DbConfig::from_args_pooled(&args.db)?;
     let mut wanted = Vec::new();
     for (t, d, flag) in [
         (Target::Published, args.older_than, "--older-than"),
@@ -191,10 +191,14 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
     let pool = db::pool_migrated(&cfg, 1).await?;
     db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
+    let pin = db::Pin::new(&cfg, &[]);
 
     let mut plan = Vec::new();
     for (t, m) in wanted {
-        plan.push((t, db::prune::cutoff(&mut conn, m).await?));
+        let cutoff = pin
+            .run(&mut conn, async |c| db::prune::cutoff(c, m).await)
+            .await?;
+        plan.push((t, cutoff));
     }
     let mut report = PruneReport {
         schema: cfg.schema.name().to_owned(),
@@ -224,7 +228,7 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
 
     if args.dry_run {
         for (t, cutoff) in &plan {
-            let n = count(&mut conn, *t, *cutoff).await?;
+            let n = count(&pin, &mut conn, *t, *cutoff).await?;
             if let Some(r) = report.table_mut(*t) {
                 r.would_delete = Some(n);
             }
@@ -237,8 +241,18 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
     let holder = Uuid::new_v4();
     let ttl = micros(LOCK_TTL + args.sleep, "--sleep")?;
     let info = format!("outboxctl prune (pid {})", std::process::id());
-    if !db::prune::try_lock(&mut conn, LOCK_NAME, holder, &info, ttl).await? {
-        let held = match db::prune::lock_holder(&mut conn, LOCK_NAME).await? {
+    let locked = pin
+        .run(&mut conn, async |c| {
+            db::prune::try_lock(c, LOCK_NAME, holder, &info, ttl).await
+        })
+        .await?;
+    if !locked {
+        let holder = pin
+            .run(&mut conn, async |c| {
+                db::prune::lock_holder(c, LOCK_NAME).await
+            })
+            .await?;
+        let held = match holder {
             Some(h) => format!(
                 "{}, running since {}; its lease ends at {} unless renewed",
                 h.holder_info,
@@ -268,6 +282,7 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
         id: None,
     };
     let result = prune_locked(
+        &pin,
         &mut conn,
         &args,
         &plan,
@@ -282,18 +297,25 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
     let finish = match (&result, audit.id) {
         (Ok(()), Some(id)) => {
             let why = serde_json::to_value(report.stop_reason)?;
-            db::audit::finish_prune(
-                &mut conn,
-                id,
-                why.as_str().unwrap_or_default(),
-                report.batches,
-                report.elapsed_ms,
-            )
+            pin.run(&mut conn, async |c| {
+                db::audit::finish_prune(
+                    c,
+                    id,
+                    why.as_str().unwrap_or_default(),
+                    report.batches,
+                    report.elapsed_ms,
+                )
+                .await
+            })
             .await
         }
         _ => Ok(()),
     };
-    let unlock = db::prune::unlock(&mut conn, LOCK_NAME, holder).await;
+    let unlock = pin
+        .run(&mut conn, async |c| {
+            db::prune::unlock(c, LOCK_NAME, holder).await
+        })
+        .await;
     result?;
     finish?;
     unlock?;
@@ -310,12 +332,19 @@ fn print(report: &PruneReport, json: bool) -> anyhow::Result<()> {
     }
 }
 
-async fn count(conn: &mut PgConnection, t: Target, cutoff: DateTime<Utc>) -> anyhow::Result<u64> {
-    let n = match t {
-        Target::Published => db::prune::count_published(conn, cutoff).await?,
-        Target::Dead => db::prune::count_dead(conn, cutoff).await?,
-        Target::Processed => db::prune::count_processed(conn, cutoff).await?,
-    };
+async fn count(
+    pin: &db::Pin,
+    conn: &mut PgConnection,
+    t: Target,
+    cutoff: DateTime<Utc>,
+) -> anyhow::Result<u64> {
+    let n = pin
+        .run(conn, async |c| match t {
+            Target::Published => db::prune::count_published(c, cutoff).await,
+            Target::Dead => db::prune::count_dead(c, cutoff).await,
+            Target::Processed => db::prune::count_processed(c, cutoff).await,
+        })
+        .await?;
     Ok(n.max(0) as u64)
 }
 
@@ -357,6 +386,7 @@ fn should_stop(
 
 #[allow(clippy::too_many_arguments)]
 async fn prune_locked(
+    pin: &db::Pin,
     conn: &mut PgConnection,
     args: &PruneArgs,
     plan: &[(Target, DateTime<Utc>)],
@@ -376,7 +406,7 @@ async fn prune_locked(
     } else {
         let mut total = 0;
         for (t, cutoff) in plan {
-            total += count(conn, *t, *cutoff).await?;
+            total += count(pin, conn, *t, *cutoff).await?;
         }
         spinner.finish_and_clear();
         output::progress(Some(total), json, "pruning")
@@ -398,7 +428,11 @@ async fn prune_locked(
                 break 'tables;
             }
             if report.batches > 0
-                && !db::prune::renew_lock(conn, LOCK_NAME, holder, ttl_micros).await?
+                && !pin
+                    .run(conn, async |c| {
+                        db::prune::renew_lock(c, LOCK_NAME, holder, ttl_micros).await
+                    })
+                    .await?
             {
                 anyhow::bail!(
                     "lost the prune lock (its lease expired and another prune took it); stopped after {}",
@@ -408,17 +442,29 @@ async fn prune_locked(
             let t0 = Instant::now();
             let deleted = match target {
                 Target::Published => {
-                    let b = db::prune::delete_published(conn, *cutoff, from_time, n, audit).await?;
+                    let b = pin
+                        .run(conn, async |c| {
+                            db::prune::delete_published(c, *cutoff, from_time, n, audit).await
+                        })
+                        .await?;
                     from_time = b.next.or(from_time);
                     b.deleted
                 }
                 Target::Dead => {
-                    let b = db::prune::delete_dead(conn, *cutoff, from_time, n, audit).await?;
+                    let b = pin
+                        .run(conn, async |c| {
+                            db::prune::delete_dead(c, *cutoff, from_time, n, audit).await
+                        })
+                        .await?;
                     from_time = b.next.or(from_time);
                     b.deleted
                 }
                 Target::Processed => {
-                    let b = db::prune::delete_processed(conn, *cutoff, from_tid.clone(), n, audit)
+                    let from = from_tid.clone();
+                    let b = pin
+                        .run(conn, async |c| {
+                            db::prune::delete_processed(c, *cutoff, from, n, audit).await
+                        })
                         .await?;
                     from_tid = b.next.or(from_tid);
                     b.deleted

@@ -30,7 +30,7 @@ pub async fn build(
     args: &RelayArgs,
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<(Relay, DbConfig)> {
-    let cfg = DbConfig::from_args(&args.db)?;
+    let cfg = DbConfig::from_args_pooled(&args.db)?;
     let publish_timeout = args.publish_timeout.unwrap_or(args.lease / 2);
     if publish_timeout >= args.lease {
         return Err(CodedError::usage(format!(
@@ -79,6 +79,7 @@ pub async fn build(
     db::ensure_migrated(&pool, &cfg).await?;
     let relay = Relay {
         pool,
+        pin: db::relay_pin(&cfg, args.async_commit, args.lease),
         sink,
         cfg: RelayConfig {
             mode,
@@ -148,6 +149,7 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
                 prometheus,
                 Arc::clone(&health),
                 relay.pool.clone(),
+                relay.pin.clone(),
                 shutdown.clone(),
             );
             Some(crate::relay::endpoints::spawn(

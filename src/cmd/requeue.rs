@@ -17,7 +17,7 @@ use crate::output;
 use crate::select::{EventFilter, Selection};
 
 pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
-    let cfg = DbConfig::from_args(&args.db)?;
+    let cfg = DbConfig::from_args_pooled(&args.db)?;
     let filter = EventFilter::from_args(&args.filter)?;
     let selection = Selection::resolve(&args.ids, filter, args.all, "requeue")?;
     let delay_micros = match args.delay {
@@ -39,12 +39,19 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     let pool = db::pool_migrated(&cfg, 1).await?;
     db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
-    let ids = dead::select_dead(&mut conn, &selection, args.limit, "requeue").await?;
+    let pin = db::Pin::new(&cfg, &[]);
+    let ids = pin
+        .run(&mut conn, async |c| {
+            dead::select_dead(c, &selection, args.limit, "requeue").await
+        })
+        .await?;
     let n = ids.len() as u64;
     let what = output::plural(n, "dead event", "dead events");
 
     if args.dry_run {
-        let rows = dead::rows_of(&mut conn, &ids).await?;
+        let rows = pin
+            .run(&mut conn, async |c| dead::rows_of(c, &ids).await)
+            .await?;
         if json {
             output::print_json(&BatchReport {
                 dry_run: true,
@@ -83,6 +90,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
         delay_micros,
     };
     let done = dead::apply(
+        &pin,
         &mut conn,
         &ids,
         args.batch_size,

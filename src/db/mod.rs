@@ -2,7 +2,10 @@
 //! Time always comes from the database clock (`now()`), never from the client.
 //!
 //! Every connection's `search_path` is the configured schema (set at connect time from the
-//! validated [`Schema`](crate::config::Schema)), so statements name tables unqualified.
+//! validated [`Schema`](crate::config::Schema)), so statements name tables unqualified. Behind a
+//! session-pooling proxy it is set with `SET` on each connection, behind a transaction-pooling
+//! one with `SET LOCAL` in each transaction, and there every statement runs in a transaction of
+//! its own ([`Pin`]).
 
 pub mod audit;
 pub mod dead;
@@ -16,12 +19,100 @@ pub mod publish;
 pub mod relay;
 pub mod stats;
 
+use std::sync::Arc;
+
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
-use sqlx::{Connection, Postgres};
+use sqlx::{Connection, Postgres, Transaction};
 
-use crate::config::DbConfig;
+use crate::config::{DbConfig, Pooler};
 use crate::exit::CodedError;
+
+/// How a command's statements reach PostgreSQL through a transaction-pooling proxy (`--pooler
+/// transaction`); a no-op otherwise.
+///
+/// Such a proxy (PgBouncer `pool_mode = transaction`) lends a server connection for one
+/// transaction and hands it to another client as soon as the server reports itself idle. sqlx
+/// sends every statement with parameters as Parse + Describe + Sync, then Bind + Execute + Sync:
+/// outside a transaction the proxy may run the two halves on different server connections, and
+/// the named statements sqlx prepares (`sqlx_s_1`, ...) stay on a server connection that the
+/// next client finds them on (`prepared statement "sqlx_s_1" already exists`). Session state
+/// (`SET`, the search path) would leak to other clients the same way.
+///
+/// So under transaction pooling every statement runs inside a transaction ([`Pin::run`],
+/// [`Pin::begin`]), which keeps one server connection for all its messages, opened by one
+/// simple-query message: `BEGIN; DEALLOCATE ALL; SET LOCAL ...`. `DEALLOCATE ALL` removes what
+/// an earlier client left on that server connection, so the statements sqlx names afresh for
+/// this transaction cannot collide; the connection options keep sqlx from caching statements
+/// across transactions (`statement_cache_capacity(0)`), which would name a statement that only
+/// another server connection holds; `SET LOCAL` puts the schema and the command's settings on
+/// this transaction only.
+#[derive(Debug, Clone, Default)]
+pub struct Pin {
+    /// The opening message under transaction pooling; `None`: statements run as they are.
+    begin: Option<Arc<str>>,
+}
+
+impl Pin {
+    /// The pin for `cfg`'s pooler, with `settings` (name, value) set for each transaction on top
+    /// of the search path.
+    pub fn new(cfg: &DbConfig, settings: &[(&str, String)]) -> Self {
+        if cfg.pooler != Pooler::Transaction {
+            return Self::default();
+        }
+        let mut sql = format!(
+            "BEGIN; DEALLOCATE ALL; SET LOCAL search_path TO {}; SET LOCAL extra_float_digits = 3",
+            cfg.schema.quoted()
+        );
+        for (name, value) in settings {
+            sql.push_str(&format!("; SET LOCAL {name} = {value}"));
+        }
+        Self {
+            begin: Some(sql.into()),
+        }
+    }
+
+    /// Whether statements are pinned (transaction pooling).
+    pub fn is_pinned(&self) -> bool {
+        self.begin.is_some()
+    }
+
+    /// A transaction on `conn`, opened with the pin's settings under transaction pooling (a
+    /// savepoint when one is already open, as `Connection::begin`).
+    pub async fn begin<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+    ) -> sqlx::Result<Transaction<'c, Postgres>> {
+        match &self.begin {
+            Some(sql) if !conn.is_in_transaction() => conn.begin_with(sql.to_string()).await,
+            _ => conn.begin().await,
+        }
+    }
+
+    /// Runs `f` on `conn`: as it is, or under transaction pooling in a transaction of its own
+    /// (committed when `f` succeeds, rolled back when it fails) unless one is already open.
+    pub async fn run<T, E: From<sqlx::Error>>(
+        &self,
+        conn: &mut PgConnection,
+        f: impl AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let Some(sql) = self.begin.as_deref().filter(|_| !conn.is_in_transaction()) else {
+            return f(conn).await;
+        };
+        let mut tx = conn.begin_with(sql.to_owned()).await?;
+        match f(&mut tx).await {
+            Ok(v) => {
+                tx.commit().await?;
+                Ok(v)
+            }
+            Err(e) => {
+                // A broken connection cannot roll back; the server does when it goes.
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+}
 
 /// An error from the database, classified for the relay: transient ones are retried.
 pub fn is_transient(err: &sqlx::Error) -> bool {
@@ -41,6 +132,37 @@ pub fn is_transient(err: &sqlx::Error) -> bool {
                 || code.starts_with("57P")
         }
         _ => false,
+    }
+}
+
+/// What to do when [`is_transaction_pooler_symptom`]: the one-line error outboxctl shows.
+pub const TRANSACTION_POOLER_HINT: &str = "a statement outboxctl prepared was missing on the server connection or already there: a connection pooler in transaction mode (e.g. PgBouncer pool_mode = transaction) lends server connections per transaction; use --pooler transaction (OUTBOXCTL_POOLER=transaction), or session pooling, or connect to PostgreSQL directly";
+
+/// Whether `err` is what a transaction-pooling proxy does to sqlx's named statements when
+/// outboxctl does not know it is there (no `--pooler transaction`): the next transaction runs on
+/// another server connection, where `sqlx_s_N` is unknown (26000) or left by another client
+/// (42P05). PostgreSQL itself never says this to outboxctl, whose statement names are its own.
+pub fn is_transaction_pooler_symptom(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            matches!(db.code().as_deref(), Some("42P05" | "26000"))
+                && db.message().contains("\"sqlx_s_")
+        }
+        _ => false,
+    }
+}
+
+/// `err` replaced by [`TRANSACTION_POOLER_HINT`] (exit 3) when its cause is
+/// [`is_transaction_pooler_symptom`]; else unchanged.
+pub fn explain_pooler(err: anyhow::Error) -> anyhow::Error {
+    let symptom = err
+        .chain()
+        .filter_map(|e| e.downcast_ref::<sqlx::Error>())
+        .find(|e| is_transaction_pooler_symptom(e))
+        .map(|e| e.to_string());
+    match symptom {
+        Some(e) => CodedError::database(format!("{TRANSACTION_POOLER_HINT} ({e})")).into(),
+        None => err,
     }
 }
 
@@ -133,7 +255,29 @@ async fn check_search_path(conn: &mut PgConnection, cfg: &DbConfig) -> Result<()
     ))
 }
 
-/// One connection, with the configured timeout, whose search path is the configured schema.
+/// The statement that gives a session the configured schema behind a session-pooling proxy
+/// (which refuses or drops the `options` startup parameter that carries it otherwise): `SET`
+/// lasts as long as the client connection, and the proxy's `DISCARD ALL` undoes it when the
+/// client goes.
+fn set_search_path_sql(cfg: &DbConfig) -> String {
+    format!(
+        "SET search_path TO {}; SET extra_float_digits = 3",
+        cfg.schema.quoted()
+    )
+}
+
+/// Gives a new connection its session settings for `cfg.pooler` (see [`set_search_path_sql`]).
+async fn init_session(conn: &mut PgConnection, cfg: &DbConfig) -> sqlx::Result<()> {
+    if cfg.pooler == Pooler::Session {
+        sqlx::raw_sql(&set_search_path_sql(cfg))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// One connection, with the configured timeout, whose search path is the configured schema
+/// (under transaction pooling: whose transactions opened by [`Pin`] get that search path).
 pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
     match tokio::time::timeout(
         cfg.connect_timeout,
@@ -142,7 +286,21 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
     .await
     {
         Ok(Ok(mut conn)) => {
-            check_search_path(&mut conn, cfg).await?;
+            init_session(&mut conn, cfg)
+                .await
+                .map_err(|e| connect_error(cfg, e))?;
+            let pin = Pin::new(cfg, &[]);
+            match &pin.begin {
+                None => check_search_path(&mut conn, cfg).await?,
+                Some(sql) => {
+                    let mut tx = conn
+                        .begin_with(sql.to_string())
+                        .await
+                        .map_err(|e| connect_error(cfg, e))?;
+                    check_search_path(&mut tx, cfg).await?;
+                    tx.commit().await.map_err(|e| connect_error(cfg, e))?;
+                }
+            }
             Ok(conn)
         }
         Ok(Err(e)) => Err(connect_error(cfg, e)),
@@ -161,10 +319,22 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
 pub async fn pool(cfg: &DbConfig, max: u32) -> Result<PgPool, CodedError> {
     let first = connect(cfg).await?;
     drop(first);
+    let session = cfg.pooler == Pooler::Session;
+    let set = set_search_path_sql(cfg);
     Ok(PgPoolOptions::new()
         .max_connections(max)
         .min_connections(0)
         .acquire_timeout(cfg.connect_timeout)
+        .after_connect(move |conn, _| {
+            let set = set.clone();
+            Box::pin(async move {
+                if session {
+                    use sqlx::Executor;
+                    conn.execute(set.as_str()).await?;
+                }
+                Ok(())
+            })
+        })
         .connect_lazy_with(cfg.options.clone()))
 }
 
@@ -173,6 +343,25 @@ pub async fn pool_migrated(cfg: &DbConfig, max: u32) -> anyhow::Result<PgPool> {
     let pool = pool(cfg, max).await?;
     ensure_migrated(&pool, cfg).await?;
     Ok(pool)
+}
+
+/// The settings of a relay's sessions (see [`pool_for_relay`]), as (name, value).
+fn relay_settings(async_commit: bool, lease: std::time::Duration) -> Vec<(&'static str, String)> {
+    let idle_ms = lease.as_millis().max(1000);
+    vec![
+        ("idle_in_transaction_session_timeout", idle_ms.to_string()),
+        (
+            "synchronous_commit",
+            if async_commit { "off" } else { "on" }.to_owned(),
+        ),
+        ("enable_seqscan", "off".to_owned()),
+    ]
+}
+
+/// The relay's [`Pin`]: under transaction pooling its session settings ([`pool_for_relay`]) are
+/// set per transaction, never on the shared server connections.
+pub fn relay_pin(cfg: &DbConfig, async_commit: bool, lease: std::time::Duration) -> Pin {
+    Pin::new(cfg, &relay_settings(async_commit, lease))
 }
 
 /// Drops a schema and everything in it (the demo's and the benchmark's scratch schemas).
@@ -207,8 +396,18 @@ pub async fn ensure_migrated_through<'a>(
     through: i64,
 ) -> anyhow::Result<()> {
     let mut conn = conn.acquire().await?;
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox') IS NOT NULL")
-        .fetch_one(&mut *conn)
+    let (exists, missing) = Pin::new(cfg, &[])
+        .run(&mut conn, async |c| {
+            let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox') IS NOT NULL")
+                .fetch_one(&mut *c)
+                .await?;
+            let missing = if exists {
+                migrate::missing_through(c, through).await?
+            } else {
+                Vec::new()
+            };
+            Ok::<_, anyhow::Error>((exists, missing))
+        })
         .await?;
     let name = cfg.schema.name();
     if !exists {
@@ -216,7 +415,6 @@ pub async fn ensure_migrated_through<'a>(
             "no outbox table in schema `{name}`: run `outboxctl migrate --schema {name}` first"
         );
     }
-    let missing = migrate::missing_through(&mut conn, through).await?;
     if !missing.is_empty() {
         let list = missing
             .iter()
@@ -253,21 +451,31 @@ pub async fn pool_for_relay(
     lease: std::time::Duration,
 ) -> Result<PgPool, CodedError> {
     drop(connect(cfg).await?);
-    let idle_ms = lease.as_millis().max(1000);
+    // Under transaction pooling these go into every transaction instead ([`relay_pin`]): a
+    // session SET would stay on a server connection other clients get next.
+    let mut sql: Vec<String> = match cfg.pooler {
+        Pooler::Transaction => Vec::new(),
+        _ => relay_settings(async_commit, lease)
+            .into_iter()
+            .map(|(name, value)| format!("SET {name} = {value}"))
+            .collect(),
+    };
+    if cfg.pooler == Pooler::Session {
+        sql.push(set_search_path_sql(cfg));
+    }
+    let sql = sql.join("; ");
     Ok(PgPoolOptions::new()
         .max_connections(max)
         .min_connections(0)
         .acquire_timeout(cfg.connect_timeout)
         .test_before_acquire(false)
         .after_connect(move |conn, _| {
+            let sql = sql.clone();
             Box::pin(async move {
-                use sqlx::Executor;
-                let sql = format!(
-                    "SET idle_in_transaction_session_timeout = {idle_ms}; SET synchronous_commit = {};
-                     SET enable_seqscan = off",
-                    if async_commit { "off" } else { "on" }
-                );
-                conn.execute(sql.as_str()).await?;
+                if !sql.is_empty() {
+                    use sqlx::Executor;
+                    conn.execute(sql.as_str()).await?;
+                }
                 Ok(())
             })
         })
@@ -286,7 +494,39 @@ pub async fn is_listening(conn: &mut PgConnection, channel: &str) -> sqlx::Resul
 
 #[cfg(test)]
 mod tests {
-    use super::first_schema;
+    use super::{first_schema, Pin};
+    use crate::cli::{DatabaseArgs, PoolerArg};
+    use crate::config::DbConfig;
+
+    #[test]
+    fn a_pin_opens_each_transaction_with_the_schema_and_the_settings() {
+        let cfg = |pooler| {
+            DbConfig::from_args_pooled(&DatabaseArgs {
+                database_url: Some("postgres://u@h/d".into()),
+                schema: "events".into(),
+                connect_timeout: std::time::Duration::from_secs(1),
+                pooler,
+            })
+            .unwrap()
+        };
+        for direct in [PoolerArg::None, PoolerArg::Session] {
+            assert!(!Pin::new(&cfg(direct), &[("a", "1".into())]).is_pinned());
+        }
+        let pin = super::relay_pin(
+            &cfg(PoolerArg::Transaction),
+            true,
+            std::time::Duration::from_secs(30),
+        );
+        assert_eq!(
+            pin.begin.as_deref(),
+            Some(
+                "BEGIN; DEALLOCATE ALL; SET LOCAL search_path TO \"events\"; \
+                 SET LOCAL extra_float_digits = 3; \
+                 SET LOCAL idle_in_transaction_session_timeout = 30000; \
+                 SET LOCAL synchronous_commit = off; SET LOCAL enable_seqscan = off"
+            )
+        );
+    }
 
     #[test]
     fn the_first_schema_of_a_search_path() {

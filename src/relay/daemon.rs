@@ -202,11 +202,12 @@ fn step_failed(e: &StepError, retry_in: Duration) {
         }
         .emit();
     }
-    RelayEvent::StepFailed {
-        error: e.db().to_string(),
-        retry_in,
-    }
-    .emit();
+    let error = if crate::db::is_transaction_pooler_symptom(e.db()) {
+        format!("{}: {}", crate::db::TRANSACTION_POOLER_HINT, e.db())
+    } else {
+        e.db().to_string()
+    };
+    RelayEvent::StepFailed { error, retry_in }.emit();
 }
 
 /// Settings of the daemon loop.
@@ -256,7 +257,9 @@ pub async fn daemon(
         }
         let next_beat = last_beat + settings.heartbeat;
         // LISTEN before looking for work, so an insert committed after the claim still wakes us.
-        if listener.is_none() {
+        // Not through a transaction-pooling proxy: its server connection (and the LISTEN on
+        // it) goes to another client after each transaction; the poll interval stands in.
+        if listener.is_none() && !relay.pin.is_pinned() {
             listener = listen(relay, &settings.channel).await;
         }
         let limit = circuit
@@ -324,7 +327,9 @@ pub async fn daemon(
             continue; // more may be ready: claim again at once
         }
         let due = match relay.pool.acquire().await {
-            Ok(mut conn) => crate::db::relay::next_due_in(&mut conn)
+            Ok(mut conn) => relay
+                .pin
+                .run(&mut conn, async |c| crate::db::relay::next_due_in(c).await)
                 .await
                 .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
                 .ok()
@@ -441,7 +446,9 @@ impl Circuit {
 async fn heartbeat(relay: &Relay, since: &Report, interval: Duration) {
     let figures = async {
         let mut conn = relay.pool.acquire().await?;
-        crate::db::relay::backlog(&mut conn)
+        relay
+            .pin
+            .run(&mut conn, async |c| crate::db::relay::backlog(c).await)
             .await
             .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
     };

@@ -40,6 +40,7 @@ pub struct State {
     pub prometheus: PrometheusHandle,
     pub health: Arc<Health>,
     pub pool: PgPool,
+    pub pin: crate::db::Pin,
     /// The relay's shutdown (first signal): from then on not ready.
     pub shutdown: CancellationToken,
     /// When the backlog was last sampled; held while sampling, so concurrent scrapes run one.
@@ -51,12 +52,14 @@ impl State {
         prometheus: PrometheusHandle,
         health: Arc<Health>,
         pool: PgPool,
+        pin: crate::db::Pin,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
             prometheus,
             health,
             pool,
+            pin,
             shutdown,
             sampled: tokio::sync::Mutex::new(None),
         })
@@ -202,10 +205,10 @@ async fn readiness(state: &State) -> Result<(), String> {
     if state.health.circuit_open() {
         return Err("sink unavailable (circuit open): claims paused while probing".into());
     }
-    let pool = state.pool.clone();
+    let (pool, pin) = (state.pool.clone(), state.pin.clone());
     let ping = tokio::spawn(async move {
         let mut conn = pool.acquire().await?;
-        crate::db::metrics::ping(&mut conn)
+        pin.run(&mut conn, async |c| crate::db::metrics::ping(c).await)
             .await
             .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
     });
@@ -244,7 +247,8 @@ async fn sample_if_due(state: &Arc<State>) {
         *last = Some(Instant::now());
         let sample = async {
             let mut conn = st.pool.acquire().await?;
-            crate::db::metrics::sample(&mut conn)
+            st.pin
+                .run(&mut conn, async |c| crate::db::metrics::sample(c).await)
                 .await
                 .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
         };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
-use sqlx::{Connection, PgPool, Postgres};
+use sqlx::{PgPool, Postgres};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -50,6 +50,9 @@ pub struct RelayConfig {
 /// A relay: a pool, a sink, settings, and what it keeps for ordered delivery.
 pub struct Relay {
     pub pool: PgPool,
+    /// How its statements go through a transaction-pooling proxy (a no-op without one): every
+    /// claim and settle in a transaction of its own ([`crate::db::Pin`]).
+    pub pin: crate::db::Pin,
     pub sink: Arc<dyn Sink>,
     pub cfg: RelayConfig,
     pub ordering: OrderingState,
@@ -111,7 +114,10 @@ impl Relay {
         let claimed_at = tokio::time::Instant::now();
         let claim = {
             let mut conn = self.pool.acquire().await?;
-            self.claim(&mut conn, limit, ClaimMode::Lease { token })
+            self.pin
+                .run(&mut conn, async |c| {
+                    self.claim(c, limit, ClaimMode::Lease { token }).await
+                })
                 .await
                 .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))?
         };
@@ -170,7 +176,7 @@ impl Relay {
         retry: bool,
     ) -> Result<Report, sqlx::Error> {
         let s = &p.sorted;
-        let run = async {
+        let run = self.pin.run(conn, async |conn| {
             let mut marked = sql::settle_published(conn, &s.published, p.token).await?;
             let mut failed = sql::settle_failed(conn, &s.failures, p.token).await?;
             let released = sql::release(conn, &s.unpublished, p.token).await?;
@@ -195,7 +201,7 @@ impl Relay {
                 );
             }
             Ok::<_, sqlx::Error>((marked, failed, released))
-        };
+        });
         let (marked, failed, released) = run
             .await
             .inspect_err(|e| crate::db::discard_if_broken(conn, e))?;
@@ -240,7 +246,7 @@ impl Relay {
         limit: i64,
         ctl: &PublishCtl,
     ) -> Result<Report, StepError> {
-        let mut tx = conn.begin().await?;
+        let mut tx = self.pin.begin(conn).await?;
         let claim = self.claim(&mut tx, limit, ClaimMode::Tx).await?;
         let ordered_from = claim.ordered_from;
         let rows = claim.rows;

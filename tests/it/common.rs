@@ -66,6 +66,7 @@ impl TestDb {
             database_url: Some(self.url.clone()),
             schema: self.schema.clone(),
             connect_timeout: std::time::Duration::from_secs(10),
+            pooler: outboxctl::cli::PoolerArg::None,
         };
         DbConfig::from_args(&args).expect("config")
     }

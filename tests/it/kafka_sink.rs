@@ -17,12 +17,12 @@ const KAFKA: &str = "127.0.0.1:9092";
 
 /// One record as the broker holds it.
 #[derive(Debug, Clone)]
-struct Record {
+pub(crate) struct Record {
     topic: String,
     partition: i32,
     offset: i64,
     key: Option<Vec<u8>>,
-    value: Vec<u8>,
+    pub(crate) value: Vec<u8>,
     headers: Vec<(String, Vec<u8>)>,
 }
 
@@ -59,7 +59,7 @@ fn consumer(bootstrap: &str) -> BaseConsumer {
 /// beginning, read until at least `expected` records came and then none for a second more (so
 /// a duplicate or a stray record would be seen). Tansu's watermarks count batches, not records,
 /// so they cannot say where a partition ends.
-fn read_all(bootstrap: &str, topics: &[String], expected: usize) -> Vec<Record> {
+pub(crate) fn read_all(bootstrap: &str, topics: &[String], expected: usize) -> Vec<Record> {
     let c = consumer(bootstrap);
     let mut tpl = TopicPartitionList::new();
     for t in topics {
@@ -418,7 +418,7 @@ fn tansu_bin() -> String {
 }
 
 /// A Tansu broker this test started on its own port (memory storage); killed on drop.
-struct Broker(Child);
+pub(crate) struct Broker(pub(crate) Child);
 
 impl Drop for Broker {
     fn drop(&mut self) {
@@ -427,7 +427,7 @@ impl Drop for Broker {
     }
 }
 
-async fn start_broker(port: u16) -> Broker {
+pub(crate) async fn start_broker(port: u16) -> Broker {
     let url = format!("tcp://127.0.0.1:{port}");
     let child = Command::new(tansu_bin())
         .args([

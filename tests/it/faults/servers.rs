@@ -1,4 +1,4 @@
-//! Broker and pooler instances of the fault suite's own, on ports of its own (18340-18399), so
+//! Broker and pooler instances of the fault suite's own, on ports of its own (18340-18399, 18700-18749), so
 //! that stopping or freezing them cannot disturb the machine's shared services or other tests.
 //! Each is stopped on drop, also when the test fails (a frozen one is thawed first).
 
