@@ -401,7 +401,9 @@ impl Relay {
             ClaimMode::Tx => ordered_sql::OrderedMode::Tx,
         };
         let cursor = self.ordering.cursor();
-        let ordered = ordered_sql::claim(conn, &how, limit, limit.rows, &ordering, &cursor).await?;
+        let min_keys = i64::from(self.cfg.concurrency);
+        let ordered =
+            ordered_sql::claim(conn, &how, limit, limit.rows, min_keys, &ordering, &cursor).await?;
         self.ordering.set_cursor(ordered.cursor);
         let ordered_from = unordered.rows.len();
         unordered.rows.extend(ordered.rows);

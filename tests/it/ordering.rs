@@ -541,3 +541,48 @@ async fn many_keys_with_one_event_each_and_unordered_types_beside_them() {
     assert!(seen.values().all(|n| *n == 1), "each exactly once");
     assert_eq!(pending(&db).await, 0);
 }
+
+/// Several named ordered types, the first of which (in name order) has no pending row: the walk
+/// must still reach the later types' keys (it once stopped at the first empty type), and every
+/// key's events are published in order, across a `--once` run that starts mid-way.
+#[tokio::test]
+async fn named_types_are_all_walked_even_when_one_has_nothing_pending() {
+    let db = TestDb::new().await;
+    run(
+        &db,
+        &[
+            "ordering",
+            "enable",
+            "--aggregate-type",
+            "invoice",
+            "--aggregate-type",
+            "order",
+            "--aggregate-type",
+            "shipment",
+        ],
+        0,
+    );
+    for k in 0..30 {
+        for n in 1..=3 {
+            insert(&db, "order", &format!("o{k}"), n, false).await;
+            insert(&db, "shipment", &format!("s{k}"), n, false).await;
+        }
+    }
+    insert(&db, "plain", "p", 1, false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.jsonl");
+    let sink = format!("file:{}", file.display());
+    run(
+        &db,
+        &["relay", "--once", "--batch-size", "7", "--sink", &sink],
+        0,
+    );
+    assert_eq!(pending(&db).await, 0, "every ordered type walked");
+    let firsts = first_deliveries(&keyed(file_bodies(&file)));
+    assert_eq!(firsts.len(), 61);
+    for (agg, ns) in &firsts {
+        if agg != "p" {
+            assert_eq!(ns, &vec![1, 2, 3], "{agg}");
+        }
+    }
+}
