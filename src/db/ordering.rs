@@ -391,7 +391,11 @@ fn chunk_source(all: bool, chunk: &str) -> String {
 ///   its run, never a row in the middle.
 ///
 /// The statement returns the claimed rows plus one trailer row (`trailer`) with the cursor and
-/// whether more may be claimable; the trailer's event columns are placeholders.
+/// whether more may be claimable; the trailer's event columns are placeholders. The walk was at
+/// the end of the keys (`at_end`: the cursor goes back to the start) when its last chunk came back
+/// short or it stopped with none of its limits reached (the next chunk was empty). More may be
+/// claimable when it was not, when it did not start from the start (the keys before the cursor
+/// are next), when the budget left rows out, or when a key had more rows than its share.
 fn claim_sql(set: &str, all: bool) -> String {
     let chunk = format!("greatest({CHUNK_MIN}, least({CHUNK_MAX}, $1 - h.acc))");
     let source = chunk_source(all, &chunk);
@@ -472,7 +476,8 @@ fn claim_sql(set: &str, all: bool) -> String {
         ), taken AS MATERIALIZED (
             SELECT ctid FROM budget WHERE rn <= $1 AND (rn = 1 OR run <= $10)
         ), last AS (
-            SELECT aggregate_type, tenant_id, aggregate_id, n = 0 OR short AS at_end
+            SELECT aggregate_type, tenant_id, aggregate_id,
+                   n = 0 OR short OR (walked < $8 AND (acc < $1 OR keys < $9)) AS at_end
               FROM walk WHERE last ORDER BY n DESC LIMIT 1
         ), upd AS (
             UPDATE outbox o
