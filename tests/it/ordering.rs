@@ -714,3 +714,77 @@ async fn the_ordered_claim_is_planned_once_per_connection() {
         "one generic plan per statement, reused"
     );
 }
+
+/// Port of the metrics test's relay (`--metrics-addr`) and its HTTP consumer.
+const PORT_METRICS: u16 = 18801;
+const PORT_METRICS_SINK: u16 = 18802;
+
+/// A blocked key shows in the relay's metrics: `outboxctl_ordering_blocked_keys` and
+/// `outboxctl_ordering_blocked_events` (the events it holds back), and both go back to 0 once
+/// the head is requeued and the key drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_keys_show_in_the_metrics() {
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable"], 0);
+    let poison_fails = Arc::new(AtomicBool::new(true));
+    let pf = Arc::clone(&poison_fails);
+    let server = TestServer::start(PORT_METRICS_SINK, move |r| {
+        if r.json()["payload"]["poison"] == Value::Bool(true) && pf.load(AtomicOrdering::SeqCst) {
+            (422, vec![])
+        } else {
+            (200, vec![])
+        }
+    });
+    let head = insert(&db, "order", "bad", 1, true).await;
+    insert(&db, "order", "bad", 2, false).await;
+    insert(&db, "order", "bad", 3, false).await;
+    insert(&db, "order", "good", 1, false).await;
+    let child = db
+        .cmd()
+        .args(["relay", "--mode", "lease", "--poll-interval", "100ms"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{PORT_METRICS}")])
+        .args(["--sink", &server.url()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _relays = Relays(vec![child]);
+    let gauges = || async {
+        let text = reqwest::get(format!("http://127.0.0.1:{PORT_METRICS}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let v = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        Some((
+            v("outboxctl_ordering_blocked_keys")?,
+            v("outboxctl_ordering_blocked_events")?,
+        ))
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "the block in the metrics",
+        || async { gauges().await == Some((1.0, 2.0)) },
+    )
+    .await;
+    assert_eq!(
+        first_deliveries(&keyed(server.accepted().iter().map(|r| r.json()))).get("good"),
+        Some(&vec![1])
+    );
+    poison_fails.store(false, AtomicOrdering::SeqCst);
+    run(&db, &["requeue", &head.to_string()], 0);
+    wait_until(Duration::from_secs(30), "the key drained", || async {
+        pending(&db).await == 0
+    })
+    .await;
+    wait_until(Duration::from_secs(30), "the metrics back at 0", || async {
+        gauges().await == Some((0.0, 0.0))
+    })
+    .await;
+}
