@@ -326,11 +326,14 @@ pub struct OrderedClaim {
 /// are busy.
 pub const WALK_PER_ROW: i64 = 4;
 
-/// Index entries one step of the walk reads: as many as the batch still lacks, within these.
-/// Fewer than [`CHUNK_MIN`] would make a walk over deep keys one descent per few entries; more
-/// than [`CHUNK_MAX`] reads far past what a batch of deep keys needs.
-const CHUNK_MIN: i64 = 16;
+/// Index entries one step of the walk reads: as many as the batch still lacks, but at most four
+/// per key the previous chunk held (the first chunk: [`CHUNK_FIRST`]), within
+/// [`CHUNK_MIN`]..[`CHUNK_MAX`]. So over keys of one event each a chunk is a few hundred keys,
+/// and over deep keys it shrinks to a few entries a key: each entry read costs a heap visit (the
+/// rows of a deep key lie on as many pages), a fresh descent of the index only a few index pages.
+const CHUNK_MIN: i64 = 4;
 const CHUNK_MAX: i64 = 256;
+const CHUNK_FIRST: i64 = 64;
 
 /// The next chunk of pending entries of ordered keys after the walk's position `h`, in key order
 /// (`outbox_key_pending_idx`), at most `{chunk}` of them. Every type ordered (`*`): one range
@@ -371,20 +374,27 @@ fn chunk_source(all: bool, chunk: &str) -> String {
 /// - `walk`: from the cursor, chunks of the key index in key order ([`chunk_source`]), each
 ///   starting just after the key the previous one ended in (a fresh descent of the index, so the
 ///   rest of a deep key is skipped, not read). In key order a key's first pending entry is its
-///   *head*; a head is `free` when it is due, not leased, and its key not blocked. It stops once
-///   the free keys' entries cover `$1` rows (and `$9` keys, when there are as many), at `$8`
-///   entries, or at the end of the keys. One step per chunk, not per key: the walk over a key
-///   per row costs about a tenth of what a per-key loose index scan does (measured on 100k keys
-///   x 1: 1.3 ms against 8.5 ms for 500 keys), and no `NOT EXISTS (an earlier pending row of
-///   the key)` per row, which is quadratic in per-key depth (pg-boss #871).
-/// - `locked`: the free heads locked `FOR UPDATE SKIP LOCKED`, re-checked on the current row
+///   *head*; a head is `free` when it is due, not leased, and its key not blocked. A step returns
+///   the chunk's heads and its last entry (where the next step starts). It stops once the free
+///   keys' entries cover `$1` rows (and `$9` keys, when there are as many), at `$8` entries, or
+///   at the end of the keys; the key a full chunk ends in counts as four times the entries it
+///   had in the chunk (it goes on: without that, a walk of deep keys in small chunks would need
+///   a step per few rows). One step per chunk, not per key: walking 500 keys of one event each
+///   took 1.3 ms, against 8.5 ms for the loose index scan of one key per step it replaces; and
+///   there is no `NOT EXISTS (an earlier pending row of the key)` per row, which is quadratic in
+///   per-key depth (pg-boss #871). A head whose key has no other entry in the chunk (and is not
+///   the chunk's last) is `single`: the key has nothing else pending in this statement's
+///   snapshot, so its rows need no second look.
+/// - `lock`, `locked`: the free heads locked `FOR UPDATE SKIP LOCKED`, re-checked on the current row
 ///   version (READ COMMITTED re-evaluates the conditions on a row updated since the snapshot): a
 ///   head another relay is claiming or has just settled is left alone, and with it its key.
-/// - `rows`: each locked key's first pending rows from its head, at most a fair share of the batch
-///   (`share`), locked (`FOR UPDATE`: whoever else could hold them holds them only briefly, since
-///   a claim takes a key's rows only with its head); only the prefix that is due and not leased
-///   is taken (`ok`), so a row scheduled later ends the key's run. Sized like the unordered
-///   claim's rows (payload and headers as stored, compressed ones decompressed).
+/// - `rows`: a single head alone; any other key's first pending rows from its head, at most a
+///   fair share of the batch (`share`), locked (`FOR UPDATE`: whoever else could hold them holds
+///   them only briefly, since a claim takes a key's rows only with its head; and a row changed
+///   meanwhile by `events cancel` or `edit` is then re-read rather than silently left out of the
+///   middle of a run); only the prefix that is due and not leased is taken (`ok`), so a row
+///   scheduled later ends the key's run. Sized like the unordered claim's rows (payload and
+///   headers as stored, compressed ones decompressed).
 /// - `budget`, `taken`: round robin over the keys (every key's first row, then every key's
 ///   second...) up to `$1` rows and `$10` bytes (the first row whatever its size), so a batch
 ///   spreads over as many keys as it can, and what the budget leaves out of a key is the end of
@@ -397,7 +407,8 @@ fn chunk_source(all: bool, chunk: &str) -> String {
 /// claimable when it was not, when it did not start from the start (the keys before the cursor
 /// are next), when the budget left rows out, or when a key had more rows than its share.
 fn claim_sql(set: &str, all: bool) -> String {
-    let chunk = format!("greatest({CHUNK_MIN}, least({CHUNK_MAX}, $1 - h.acc))");
+    let chunk =
+        format!("greatest({CHUNK_MIN}, least({CHUNK_MAX}, $1 - h.acc, {CHUNK_MIN} * h.firsts))");
     let source = chunk_source(all, &chunk);
     let size = |col: &str| {
         format!(
@@ -405,62 +416,84 @@ fn claim_sql(set: &str, all: bool) -> String {
                   ELSE pg_column_size(o.{col} #> '{{}}') END"
         )
     };
-    let (payload_size, headers_size) = (size("payload"), size("headers"));
+    let row_size = format!("{} + {}", size("payload"), size("headers"));
+    let first_firsts = CHUNK_FIRST / CHUNK_MIN;
+    const CUT_FACTOR: i64 = 4;
     format!(
         "WITH RECURSIVE walk AS (
             SELECT 0 AS n, $5::text AS aggregate_type, $6::uuid AS tenant_id,
-                   $7::text AS aggregate_id, NULL::tid AS ctid, false AS head, true AS last,
-                   false AS short, 0::bigint AS acc, 0::bigint AS keys, 0::bigint AS walked
+                   $7::text AS aggregate_id, NULL::bigint AS id, NULL::tid AS ctid, false AS head,
+                   false AS single,
+                   true AS last, false AS short, 0::bigint AS acc, 0::bigint AS keys,
+                   0::bigint AS walked, {first_firsts}::bigint AS firsts
           UNION ALL
-            SELECT h.n + 1, c.aggregate_type, c.tenant_id, c.aggregate_id, c.ctid, c.free_head,
-                   c.last, c.short, h.acc + c.c_acc, h.keys + c.c_keys, h.walked + c.c_n
+            SELECT h.n + 1, c.aggregate_type, c.tenant_id, c.aggregate_id, c.id, c.ctid, c.free_head,
+                   c.single, c.last, c.short, h.acc + c.c_acc, h.keys + c.c_keys,
+                   h.walked + c.c_n, c.c_first
               FROM walk h
              CROSS JOIN LATERAL (
-                SELECT z.aggregate_type, z.tenant_id, z.aggregate_id, z.ctid, z.free_head,
-                       row_number() OVER () = count(*) OVER () AS last,
-                       count(*) OVER () < {chunk} AS short,
-                       count(*) FILTER (WHERE z.key_free) OVER () AS c_acc,
-                       count(*) FILTER (WHERE z.free_head) OVER () AS c_keys,
-                       count(*) OVER () AS c_n
-                  FROM (SELECT y.*, bool_or(y.free_head) OVER (PARTITION BY y.aggregate_type,
-                                 y.tenant_id, y.aggregate_id) AS key_free
-                          FROM (SELECT x.aggregate_type, x.tenant_id, x.aggregate_id, x.ctid,
-                                       CASE WHEN x.first AND x.available_at <= now()
-                                                 AND (x.locked_until IS NULL
-                                                      OR x.locked_until < now())
-                                            THEN NOT EXISTS (
-                                                SELECT FROM outbox b
-                                                 WHERE b.blocks_key
-                                                   AND b.dead_lettered_at IS NOT NULL
-                                                   AND b.aggregate_type = x.aggregate_type
-                                                   AND b.tenant_id = x.tenant_id
-                                                   AND b.aggregate_id = x.aggregate_id)
-                                            ELSE false END AS free_head
-                                  FROM (SELECT e.*, row_number() OVER (PARTITION BY
-                                                 e.aggregate_type, e.tenant_id, e.aggregate_id
-                                                 ORDER BY e.id) = 1 AS first
-                                          FROM ({source}) e) x) y) z
+                SELECT w.aggregate_type, w.tenant_id, w.aggregate_id, w.id, w.ctid, w.free_head,
+                       w.key_n = 1 AND NOT w.last AS single, w.last, w.short,
+                       w.c_acc + sum(CASE WHEN w.last AND NOT w.short AND w.key_free
+                                          THEN least($2, {CUT_FACTOR} * w.key_n) - w.key_n
+                                          ELSE 0 END) OVER ()::bigint AS c_acc,
+                       w.c_keys, w.c_n, w.c_first
+                  FROM (SELECT z.*, row_number() OVER () = count(*) OVER () AS last,
+                               count(*) OVER () < {chunk} AS short,
+                               count(*) FILTER (WHERE z.key_free) OVER () AS c_acc,
+                               count(*) FILTER (WHERE z.free_head) OVER () AS c_keys,
+                               count(*) OVER () AS c_n,
+                               count(*) FILTER (WHERE z.first) OVER () AS c_first
+                          FROM (SELECT y.*, bool_or(y.free_head) OVER (PARTITION BY
+                                         y.aggregate_type, y.tenant_id, y.aggregate_id) AS key_free
+                                  FROM (SELECT x.*,
+                                               CASE WHEN x.first AND x.available_at <= now()
+                                                         AND (x.locked_until IS NULL
+                                                              OR x.locked_until < now())
+                                                    THEN NOT EXISTS (
+                                                        SELECT FROM outbox b
+                                                         WHERE b.blocks_key
+                                                           AND b.dead_lettered_at IS NOT NULL
+                                                           AND b.aggregate_type = x.aggregate_type
+                                                           AND b.tenant_id = x.tenant_id
+                                                           AND b.aggregate_id = x.aggregate_id)
+                                                    ELSE false END AS free_head
+                                          FROM (SELECT e.*,
+                                                       row_number() OVER k = 1 AS first,
+                                                       count(*) OVER (PARTITION BY e.aggregate_type,
+                                                           e.tenant_id, e.aggregate_id) AS key_n
+                                                  FROM ({source}) e
+                                                WINDOW k AS (PARTITION BY e.aggregate_type,
+                                                             e.tenant_id, e.aggregate_id
+                                                             ORDER BY e.id)) x) y) z) w
+                 WHERE w.first OR w.last
              ) c
              WHERE h.last AND NOT h.short AND h.walked < $8 AND (h.acc < $1 OR h.keys < $9)
-        ), locked AS MATERIALIZED (
-            SELECT o.id, o.aggregate_type, o.tenant_id, o.aggregate_id FROM outbox o
+        ), lock AS MATERIALIZED (
+            SELECT o.id, o.ctid, o.aggregate_type, o.tenant_id, o.aggregate_id, {row_size} AS size
+              FROM outbox o
              WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM walk WHERE head))
                AND coalesce(o.published_at, o.dead_lettered_at) IS NULL
                AND o.available_at <= now() AND (o.locked_until IS NULL OR o.locked_until < now())
                FOR UPDATE SKIP LOCKED
+        ), locked AS MATERIALIZED (
+            SELECT l.*, coalesce(w.single, false) AS single
+              FROM lock l LEFT JOIN walk w ON w.id = l.id AND w.head
         ), share AS MATERIALIZED (
             SELECT least($2::bigint, greatest(1, ($1 + count(*) - 1) / greatest(count(*), 1)))
                    AS per
               FROM locked
         ), rows AS MATERIALIZED (
-            SELECT r.* FROM locked h CROSS JOIN LATERAL (
+            SELECT h.ctid, h.id, h.id AS head, h.size, true AS ok, 1::bigint AS k, true AS single
+              FROM locked h WHERE h.single
+            UNION ALL
+            SELECT r.*, false FROM locked h CROSS JOIN LATERAL (
                 SELECT o.ctid, o.id, h.id AS head, o.size,
                        bool_and(o.id = h.id OR (o.available_at <= now()
                                 AND (o.locked_until IS NULL OR o.locked_until < now())))
                          OVER (ORDER BY o.id) AS ok,
                        row_number() OVER (ORDER BY o.id) AS k
-                  FROM (SELECT o.ctid, o.id, o.available_at, o.locked_until,
-                               {payload_size} + {headers_size} AS size
+                  FROM (SELECT o.ctid, o.id, o.available_at, o.locked_until, {row_size} AS size
                           FROM outbox o
                          WHERE o.aggregate_type = h.aggregate_type AND o.tenant_id = h.tenant_id
                            AND o.aggregate_id = h.aggregate_id AND o.id >= h.id
@@ -469,6 +502,7 @@ fn claim_sql(set: &str, all: bool) -> String {
                          LIMIT (SELECT per FROM share)
                            FOR UPDATE) o
             ) r
+             WHERE NOT h.single
         ), budget AS MATERIALIZED (
             SELECT ctid, row_number() OVER w AS rn, sum(size) OVER w AS run
               FROM rows WHERE ok
@@ -500,7 +534,7 @@ fn claim_sql(set: &str, all: bool) -> String {
                NOT l.at_end
                  OR $5 <> '' OR $6 <> '00000000-0000-0000-0000-000000000000'::uuid OR $7 <> ''
                  OR EXISTS (SELECT FROM budget WHERE rn > $1 OR (rn > 1 AND run > $10))
-                 OR EXISTS (SELECT FROM rows GROUP BY head
+                 OR EXISTS (SELECT FROM rows WHERE NOT single GROUP BY head
                              HAVING max(k) >= (SELECT per FROM share) AND bool_and(ok))
           FROM last l"
     )
