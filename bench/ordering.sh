@@ -6,7 +6,8 @@
 # Shapes: 100k keys x 1 event, 1k keys x 100 events, 1 key x 100k events. Sinks: null (tx mode)
 # and HTTP (lease mode; bench/http_204.py, an asyncio consumer answering 204). Two relays in
 # parallel per drain (`relay --once --batch-size 500`, default --concurrency 16), like
-# ab-drain.sh. Every drain must leave nothing pending. The summary gives ordered / unordered per
+# ab-drain.sh. A drain that leaves events pending is flagged (and its rate counts only what was
+# published). The summary gives ordered / unordered per
 # round and the targets of issue 12 (>= 0.5x; 1 key x 100k >= 10k events/s to the null sink).
 # SHAPES="1000x1 10x100 1x1000" bench/ordering.sh 1 target/debug/outboxctl: a quick smoke run.
 #
@@ -45,7 +46,7 @@ setup() { # keys per_key ordered
     -c "VACUUM ANALYZE $S.outbox" -c "CHECKPOINT"
 }
 
-drain() { # sink mode total -> "events/s seconds"
+drain() { # sink mode total -> "events/s seconds left"
   local s e left
   s=$(date +%s.%N)
   for _ in 1 2; do
@@ -54,8 +55,7 @@ drain() { # sink mode total -> "events/s seconds"
   wait
   e=$(date +%s.%N)
   left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
-  [ "$left" = 0 ] || { echo "the relays left $left events unpublished ($1)" >&2; cat "$TMP/relay.err" >&2; exit 1; }
-  python3 -c "print(round($3 / ($e - $s)), f'{$e - $s:.2f}')"
+  python3 -c "print(round(($3 - $left) / ($e - $s)), f'{$e - $s:.2f}', $left)"
 }
 
 if [ $WHAT = drain ]; then
@@ -73,9 +73,9 @@ if [ $WHAT = drain ]; then
         if [ $sink = null ]; then spec=null mode=tx; else spec=http://127.0.0.1:$HTTP_PORT/e mode=lease; fi
         for o in unordered ordered; do
           setup "$keys" "$per" $o
-          read -r rate secs < <(drain "$spec" $mode $total)
-          echo "round $r: ${keys} keys x ${per}, sink $sink ($mode), $o: $rate events/s ($secs s)"
-          echo "$r ${keys}x${per} $sink $o $rate" >>"$TMP/results"
+          read -r rate secs left < <(drain "$spec" $mode $total)
+          echo "round $r: ${keys} keys x ${per}, sink $sink ($mode), $o: $rate events/s ($secs s)$([ "$left" = 0 ] || echo ", $left LEFT UNPUBLISHED")"
+          echo "$r ${keys}x${per} $sink $o $rate $left" >>"$TMP/results"
         done
       done
     done
@@ -86,16 +86,18 @@ if [ $WHAT = drain ]; then
   python3 - "$TMP/results" <<'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1])]
-got = {(r, s, k, o): int(v) for r, s, k, o, v in rows}
-for (r, s, k, o), v in got.items():
+got = {(r, s, k, o): (int(v), int(left)) for r, s, k, o, v, left in rows}
+for (r, s, k, o), (v, left) in got.items():
     if o != "ordered":
         continue
-    u = got[(r, s, k, "unordered")]
+    u, uleft = got[(r, s, k, "unordered")]
     ratio = v / u
     if s.startswith("1x"):
         target = "ordered >= 10,000/s " + ("✔" if v >= 10_000 else "✘")
     else:
         target = ">= 0.5x " + ("✔" if ratio >= 0.5 else "✘")
+    if left or uleft:
+        target = f"✘ ({left} ordered, {uleft} unordered left unpublished)"
     print(f"| {s.replace('x', ' keys x ')} | {k} | {r} | {u:,} | {v:,} | {ratio:.2f} | {target} |")
 PY
   exit 0
