@@ -325,6 +325,23 @@ async fn a_poison_head_blocks_its_key_until_requeued_or_skipped() {
     assert_eq!(blocking.get(&skip_head), Some(&2), "{dead}");
     let listed = stdout(&run(&db, &["dead", "list"], 0));
     assert!(listed.contains("blocking 3 events"), "{listed}");
+    let out = db.cmd().args(["doctor", "--json"]).output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "ordering_blocked")
+        .cloned()
+        .unwrap_or_else(|| panic!("no ordering_blocked check: {report}"));
+    assert_eq!(check["status"], "WARN", "{check}");
+    assert!(
+        check["message"].as_str().unwrap().starts_with(
+            "2 ordered keys are blocked by a dead-lettered head, holding back 5 events, the oldest for"
+        ),
+        "{check}"
+    );
+    assert_eq!(check["details"]["blocked_events"], 5, "{check}");
 
     // The consumer is fixed: requeue resumes the key, head first.
     poison_fails.store(false, AtomicOrdering::SeqCst);
