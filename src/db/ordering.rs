@@ -316,8 +316,8 @@ pub struct OrderedClaim {
     /// Sorted by key, then id: each key's rows are consecutive, in the order to publish them.
     pub rows: Vec<ClaimedRow>,
     pub cursor: Cursor,
-    /// More may be claimable now: the walk stopped before the last key, or a key had more rows
-    /// than this claim took.
+    /// More may be claimable now: the walk stopped before the last key, the byte budget left rows
+    /// out, or a key had more rows than this claim took. (Not: keys before where the walk began.)
     pub more: bool,
 }
 
@@ -404,8 +404,9 @@ fn chunk_source(all: bool, chunk: &str) -> String {
 /// whether more may be claimable; the trailer's event columns are placeholders. The walk was at
 /// the end of the keys (`at_end`: the cursor goes back to the start) when its last chunk came back
 /// short or it stopped with none of its limits reached (the next chunk was empty). More may be
-/// claimable when it was not, when it did not start from the start (the keys before the cursor
-/// are next), when the budget left rows out, or when a key had more rows than its share.
+/// claimable when it was not, when the budget left rows out, or when a key had more rows than its
+/// share; whether to go round again after the last key is the relay's call (it knows whether the
+/// pass that just ended claimed anything: [`crate::relay::ordering::OrderingState::advance`]).
 fn claim_sql(set: &str, all: bool) -> String {
     let chunk =
         format!("greatest({CHUNK_MIN}, least({CHUNK_MAX}, $1 - h.acc, {CHUNK_MIN} * h.firsts))");
@@ -532,7 +533,6 @@ fn claim_sql(set: &str, all: bool) -> String {
                     ELSE l.tenant_id END,
                CASE WHEN l.at_end THEN '' ELSE l.aggregate_id END,
                NOT l.at_end
-                 OR $5 <> '' OR $6 <> '00000000-0000-0000-0000-000000000000'::uuid OR $7 <> ''
                  OR EXISTS (SELECT FROM budget WHERE rn > $1 OR (rn > 1 AND run > $10))
                  OR EXISTS (SELECT FROM rows WHERE NOT single GROUP BY head
                              HAVING max(k) >= (SELECT per FROM share) AND bool_and(ok))
