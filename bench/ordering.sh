@@ -1,81 +1,138 @@
 #!/usr/bin/env bash
 # Ordered vs unordered drain, interleaved (each round runs every shape unordered, then ordered, so
 # the drift of a shared machine hits both), with a release build:
-#   cargo build --release && bench/ordering.sh [ROUNDS=2] [BIN=target/release/outboxctl]
+#   cargo build --release --locked && bench/ordering.sh [ROUNDS=2] [BIN=target/release/outboxctl]
+#   bench/ordering.sh inserts [ROUNDS=2] [BIN]    # the producer side only (see below)
 # Shapes: 100k keys x 1 event, 1k keys x 100 events, 1 key x 100k events. Sinks: null (tx mode)
-# and HTTP (lease mode, a local python HTTP server answering 204). Two relays in parallel per
-# drain, like ab-drain.sh. Then the producer-side insert cost: bulk INSERT ... SELECT and
-# single-row inserts (pgbench, seed style) into an ordered and an unordered aggregate type.
+# and HTTP (lease mode; bench/http_204.py, an asyncio consumer answering 204). Two relays in
+# parallel per drain (`relay --once --batch-size 500`, default --concurrency 16), like
+# ab-drain.sh. A drain that leaves events pending is flagged (and its rate counts only what was
+# published). The summary gives ordered / unordered per
+# round and the targets of issue 12 (>= 0.5x; 1 key x 100k >= 10k events/s to the null sink).
+# SHAPES="1000x1 10x100 1x1000" bench/ordering.sh 1 target/debug/outboxctl: a quick smoke run.
+#
+# `inserts`: the producer-side cost of an ordered type against an unordered one in the same
+# table (ordering on for `ord` only): bulk `publish --file` of 100k lines, and seed-style
+# single-row INSERTs (pgbench, 4 clients, 10 s), interleaved.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+WHAT=drain
+if [ "${1:-}" = inserts ]; then WHAT=inserts; shift; fi
 ROUNDS=${1:-2} BIN=${2:-target/release/outboxctl}
 : "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
 export DATABASE_URL
 S=bench_order
-HTTP_PORT=18750
+HTTP_PORT=${HTTP_PORT:-18800}
 q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
-python3 - "$HTTP_PORT" <<'PY' &
-import sys, http.server, socketserver
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(204); self.send_header("Content-Length", "0"); self.end_headers()
-    def log_message(self, *a): pass
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-S(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-PY
-HTTP_PID=$!
-trap 'kill $HTTP_PID 2>/dev/null || true; q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true' EXIT
+TMP=$(mktemp -d)
+HTTP_PID=
+cleanup() {
+  [ -n "$HTTP_PID" ] && kill "$HTTP_PID" 2>/dev/null || true
+  q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+echo "$(date -u +%FT%TZ) $WHAT, $ROUNDS rounds, $($BIN --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+
 setup() { # keys per_key ordered
   local keys=$1 per=$2 ordered=$3
   q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
   "$BIN" migrate --schema $S >/dev/null
+  if [ "$ordered" = ordered ]; then "$BIN" ordering enable --schema $S -q >/dev/null; fi
   q -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
         SELECT '00000000-0000-0000-0000-000000000001', 'order', k::text, 'order.placed',
                jsonb_build_object('n', n, 'total', 1200, 'currency', 'USD'), k || '-' || n
           FROM generate_series(1, $per) n, generate_series(1, $keys) k ORDER BY n, k" \
     -c "VACUUM ANALYZE $S.outbox" -c "CHECKPOINT"
-  if [ "$ordered" = ordered ]; then "$BIN" ordering enable --schema $S -q >/dev/null 2>&1; fi
 }
-drain() { # sink mode total
-  local s e
+
+drain() { # sink mode total -> "events/s seconds left"
+  local s e left
   s=$(date +%s.%N)
-  for _ in 1 2; do "$BIN" relay --schema $S --once --sink "$1" --mode "$2" --batch-size 500 >/dev/null 2>&1 & done
+  for _ in 1 2; do
+    "$BIN" relay --schema $S --once --sink "$1" --mode "$2" --batch-size 500 >/dev/null 2>>"$TMP/relay.err" &
+  done
   wait
   e=$(date +%s.%N)
   left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
-  python3 -c "print(f'{round($3 / ($e - $s))} events/s ({$e - $s:.2f} s, {$left} left)')"
+  python3 -c "print(round(($3 - $left) / ($e - $s)), f'{$e - $s:.2f}', $left)"
 }
-uptime
-for r in $(seq "$ROUNDS"); do
-  for shape in "100000 1" "1000 100" "1 100000"; do
-    set -- $shape; keys=$1 per=$2 total=$((keys * per))
-    for sink in null http; do
-      [ "$keys" = 1 ] && [ $sink = http ] && continue
-      if [ $sink = null ]; then spec=null mode=tx; else spec=http://127.0.0.1:$HTTP_PORT/e mode=lease; fi
-      for o in unordered ordered; do
-        setup "$keys" "$per" $o
-        echo "round $r: ${keys} keys x ${per}, sink $sink ($mode), $o: $(drain "$spec" $mode $total)"
+
+if [ $WHAT = drain ]; then
+  python3 bench/http_204.py "$HTTP_PORT" 2>"$TMP/http.log" &
+  HTTP_PID=$!
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$HTTP_PORT) 2>/dev/null && break; sleep 0.1; done
+  : >"$TMP/results"
+  for r in $(seq "$ROUNDS"); do
+    echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
+    for shape in ${SHAPES:-100000x1 1000x100 1x100000}; do
+      set -- ${shape/x/ }
+      keys=$1 per=$2 total=$((keys * per))
+      for sink in null http; do
+        [ "$keys" = 1 ] && [ $sink = http ] && continue
+        if [ $sink = null ]; then spec=null mode=tx; else spec=http://127.0.0.1:$HTTP_PORT/e mode=lease; fi
+        for o in unordered ordered; do
+          setup "$keys" "$per" $o
+          read -r rate secs left < <(drain "$spec" $mode $total)
+          echo "round $r: ${keys} keys x ${per}, sink $sink ($mode), $o: $rate events/s ($secs s)$([ "$left" = 0 ] || echo ", $left LEFT UNPUBLISHED")"
+          echo "$r ${keys}x${per} $sink $o $rate $left" >>"$TMP/results"
+        done
       done
     done
   done
-done
-# Producer side: the same inserts into an unordered and an ordered type (ordering on for 'ord').
+  echo
+  echo "| shape | sink | round | unordered events/s | ordered events/s | ordered / unordered | target |"
+  echo "|---|---|---|---|---|---|---|"
+  python3 - "$TMP/results" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+got = {(r, s, k, o): (int(v), int(left)) for r, s, k, o, v, left in rows}
+for (r, s, k, o), (v, left) in got.items():
+    if o != "ordered":
+        continue
+    u, uleft = got[(r, s, k, "unordered")]
+    ratio = v / u
+    if s.startswith("1x"):
+        target = "ordered >= 10,000/s " + ("✔" if v >= 10_000 else "✘")
+    else:
+        target = ">= 0.5x " + ("✔" if ratio >= 0.5 else "✘")
+    if left or uleft:
+        target = f"✘ ({left} ordered, {uleft} unordered left unpublished)"
+    print(f"| {s.replace('x', ' keys x ')} | {k} | {r} | {u:,} | {v:,} | {ratio:.2f} | {target} |")
+PY
+  exit 0
+fi
+
+# Producer side: the same inserts into an unordered and an ordered type (ordering on for `ord`).
 q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
 "$BIN" migrate --schema $S >/dev/null
-"$BIN" ordering enable --schema $S --aggregate-type ord -q >/dev/null 2>&1
-for r in $(seq "$ROUNDS"); do
-  for ty in plain ord; do
-    t=$( { /usr/bin/time -f %e psql -qAt "$DATABASE_URL" -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-        SELECT gen_random_uuid(), '$ty', g::text, 'order.placed', jsonb_build_object('n', g), '$ty-$r-' || g
-          FROM generate_series(1, 100000) g" >/dev/null; } 2>&1 )
-    echo "round $r: bulk insert 100k rows, type $ty: ${t}s"
-    cat > /tmp/bench_order_$ty.sql <<SQL
+"$BIN" ordering enable --schema $S --aggregate-type ord -q >/dev/null
+for ty in plain ord; do
+  python3 - "$ty" >"$TMP/$ty.jsonl" <<'PY'
+import json, sys
+ty = sys.argv[1]
+for g in range(100_000):
+    print(json.dumps({"event_type": "order.placed", "aggregate_type": ty, "aggregate_id": str(g % 10_000),
+                      "payload": {"n": g, "total": 1200, "currency": "USD"}}))
+PY
+  cat > "$TMP/$ty.sql" <<SQL
 INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-VALUES (gen_random_uuid(), '$ty', (random() * 1000)::int::text, 'order.placed', '{"n": 1}', gen_random_uuid()::text)
-ON CONFLICT (idempotency_key) DO NOTHING;
+VALUES ('00000000-0000-0000-0000-000000000001', '$ty', (random() * 10000)::int::text, 'order.placed',
+        '{"n": 1, "total": 1200, "currency": "USD"}', gen_random_uuid()::text);
 SQL
-    echo "round $r: single-row inserts, type $ty: $(pgbench -n -q -c 4 -T 10 -f /tmp/bench_order_$ty.sql "$DATABASE_URL" 2>/dev/null | grep -E '^tps' | sed 's/ (without.*//')"
+done
+for r in $(seq "$ROUNDS"); do
+  echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
+  for ty in plain ord; do
+    q -c "TRUNCATE $S.outbox" -c "CHECKPOINT"
+    s=$(date +%s.%N)
+    "$BIN" publish --schema $S -q --file "$TMP/$ty.jsonl" >/dev/null
+    e=$(date +%s.%N)
+    echo "round $r: publish --file, 100k lines, type $ty: $(python3 -c "print(round(100000 / ($e - $s)))") events/s"
+  done
+  for ty in plain ord; do
+    q -c "TRUNCATE $S.outbox" -c "CHECKPOINT"
+    tps=$(pgbench -n -c 4 -j 2 -T 10 -f "$TMP/$ty.sql" "$DATABASE_URL" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+    echo "round $r: single-row INSERTs (pgbench -c 4 -T 10), type $ty: $tps tps"
   done
 done

@@ -301,6 +301,10 @@ pub async fn diagnose(
             &sql::blocked(conn, lease_limit.as_secs_f64()).await?,
             lease_limit,
         ));
+        out.push(ordering_blocked_check(
+            db::ordering::blocked_if_migrated(conn).await?.as_ref(),
+            now,
+        ));
         out.push(oldest_pending_check(&stats.total, s));
         let last_prune = if sql::table_exists(conn, "outbox_audit").await? {
             sql::last_prune(conn).await?
@@ -858,6 +862,41 @@ fn blocked_check(b: &sql::BlockedRow, lease_limit: Duration) -> Check {
     } else {
         check("blocked", Status::Warn, problems.join("; "), details)
     }
+}
+
+/// Ordered keys held by a dead-lettered head (`ordering enable`, `--on-dead block`): nothing
+/// more of them is published until the head is requeued or skipped.
+fn ordering_blocked_check(b: Option<&db::ordering::Blocked>, now: DateTime<Utc>) -> Check {
+    let name = "ordering_blocked";
+    let Some(b) = b else {
+        return check(
+            name,
+            Status::Pass,
+            "no ordering (migration 6 not applied)",
+            Value::Null,
+        );
+    };
+    let details = json!({
+        "blocked_keys": b.blocked_keys, "blocked_events": b.blocked_events,
+        "oldest_blocked_at": b.oldest_blocked_at,
+    });
+    if b.blocked_keys == 0 {
+        return check(name, Status::Pass, "no ordered key is blocked", details);
+    }
+    let since = b
+        .oldest_blocked_at
+        .map(|t| format!(", the oldest for {}", ago(now, t)))
+        .unwrap_or_default();
+    check(
+        name,
+        Status::Warn,
+        format!(
+            "{} blocked by a dead-lettered head, holding back {}{since}: `outboxctl dead list`, then `requeue ID` (resumes the key in order) or `ordering skip ID`",
+            output::plural(b.blocked_keys as u64, "ordered key is", "ordered keys are"),
+            output::plural(b.blocked_events as u64, "event", "events"),
+        ),
+        details,
+    )
 }
 
 fn oldest_pending_check(t: &crate::cmd::stats::Figures, s: &Settings) -> Check {

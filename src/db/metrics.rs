@@ -18,6 +18,12 @@ pub struct Sample {
     pub dead: i64,
     /// Seconds; `None` when nothing is pending.
     pub oldest_pending_age_seconds: Option<f64>,
+    /// Ordered keys blocked by a dead-lettered head, and their pending events (as in `stats`;
+    /// 0 on a schema without migration 6).
+    #[sqlx(default)]
+    pub blocked_keys: i64,
+    #[sqlx(default)]
+    pub blocked_events: i64,
 }
 
 /// One statement: a pass over the pending rows through the partial `outbox_ready_idx` (so
@@ -36,8 +42,15 @@ pub const SAMPLE: &str = "SELECT count(*) FILTER (WHERE available_at <= now()
        FROM outbox
       WHERE published_at IS NULL AND dead_lettered_at IS NULL";
 
+/// [`SAMPLE`], then the blocked keys ([`super::ordering::blocked_if_migrated`]: two small
+/// statements over the tiny `outbox_blocking_idx` and the blocked keys' pending rows).
 pub async fn sample(conn: &mut PgConnection) -> sqlx::Result<Sample> {
-    sqlx::query_as(SAMPLE).fetch_one(conn).await
+    let mut s: Sample = sqlx::query_as(SAMPLE).fetch_one(&mut *conn).await?;
+    if let Some(b) = super::ordering::blocked_if_migrated(conn).await? {
+        s.blocked_keys = b.blocked_keys;
+        s.blocked_events = b.blocked_events;
+    }
+    Ok(s)
 }
 
 /// Whether the database answers at all (`/readyz`): the cheapest round trip that runs a

@@ -39,6 +39,8 @@ pub const RETRYING: &str = "outboxctl_backlog_retrying";
 pub const IN_FLIGHT: &str = "outboxctl_backlog_in_flight";
 pub const DEAD: &str = "outboxctl_backlog_dead";
 pub const OLDEST_PENDING_AGE: &str = "outboxctl_backlog_oldest_pending_age_seconds";
+pub const BLOCKED_KEYS: &str = "outboxctl_ordering_blocked_keys";
+pub const BLOCKED_EVENTS: &str = "outboxctl_ordering_blocked_events";
 pub const SAMPLE_ERRORS: &str = "outboxctl_backlog_sample_errors_total";
 pub const DATABASE_UP: &str = "outboxctl_database_up";
 pub const BUILD_INFO: &str = "outboxctl_build_info";
@@ -66,6 +68,8 @@ pub const ALL: &[(&str, Kind, &str)] = &[
     (IN_FLIGHT, Kind::Gauge, "Pending events leased by a relay (sampled)."),
     (DEAD, Kind::Gauge, "Dead-lettered events (sampled)."),
     (OLDEST_PENDING_AGE, Kind::Gauge, "Age of the oldest pending event by created_at, 0 when none (sampled)."),
+    (BLOCKED_KEYS, Kind::Gauge, "Ordered keys blocked by a dead-lettered head (outboxctl ordering; sampled)."),
+    (BLOCKED_EVENTS, Kind::Gauge, "Pending events of the blocked ordered keys, held back until the head is requeued or skipped (sampled)."),
     (SAMPLE_ERRORS, Kind::Counter, "Backlog samples that failed (the gauges keep their last values)."),
     (DATABASE_UP, Kind::Gauge, "1 when the last backlog sample or readiness check reached the database, else 0."),
     (BUILD_INFO, Kind::Gauge, "Always 1; the version and git commit of this build as labels."),

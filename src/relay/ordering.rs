@@ -29,6 +29,8 @@ struct Inner {
     ordering: Ordering,
     read_at: Option<Instant>,
     cursor: Cursor,
+    /// Rows claimed since the walk last started from the first key.
+    pass_claimed: u64,
 }
 
 impl OrderingState {
@@ -74,8 +76,21 @@ impl OrderingState {
             .clone()
     }
 
-    pub fn set_cursor(&self, cursor: Cursor) {
-        self.inner.lock().expect("ordering state lock").cursor = cursor;
+    /// Takes in a claim made from `from`: where the next one goes on, and whether it should be
+    /// made at once. Past the last key the walk goes round to the first again, unless the pass
+    /// that just ended (from the first key to the last, over as many claims as it took) claimed
+    /// nothing: then every key was leased, locked, backing off or blocked, and claiming again at
+    /// once would only spin (a `--once` run ends; a daemon waits).
+    pub fn advance(&self, from: &Cursor, claim: &sql::OrderedClaim) -> bool {
+        let mut inner = self.inner.lock().expect("ordering state lock");
+        inner.pass_claimed += claim.rows.len() as u64;
+        inner.cursor = claim.cursor.clone();
+        let wrapped = claim.cursor == Cursor::default();
+        let more = claim.more || (wrapped && *from != Cursor::default() && inner.pass_claimed > 0);
+        if wrapped {
+            inner.pass_claimed = 0;
+        }
+        more
     }
 }
 
@@ -122,4 +137,54 @@ fn same_key(a: &Event, b: &Event) -> bool {
     a.tenant_id == b.tenant_id
         && a.aggregate_type == b.aggregate_type
         && a.aggregate_id == b.aggregate_id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::ordering::OrderedClaim;
+
+    fn key(id: &str) -> Cursor {
+        Cursor {
+            aggregate_type: "order".into(),
+            aggregate_id: id.into(),
+            ..Cursor::default()
+        }
+    }
+
+    fn claim(rows: usize, cursor: Cursor, more: bool) -> OrderedClaim {
+        let row = crate::event::Event {
+            id: 1,
+            tenant_id: uuid::Uuid::nil(),
+            aggregate_type: "order".into(),
+            aggregate_id: "a".into(),
+            event_type: "e".into(),
+            payload: "{}".into(),
+            headers: "{}".into(),
+            idempotency_key: "k".into(),
+            created_at: chrono::Utc::now(),
+            attempt_count: 0,
+        };
+        OrderedClaim {
+            rows: vec![row; rows],
+            cursor,
+            more,
+        }
+    }
+
+    #[test]
+    fn the_walk_goes_round_again_only_after_a_pass_that_claimed_something() {
+        let s = OrderingState::default();
+        // A pass from the first key over two claims, the second reaching the end: it claimed, so
+        // the keys before the cursor are worth another look at once.
+        assert!(s.advance(&Cursor::default(), &claim(3, key("m"), true)));
+        assert!(s.advance(&key("m"), &claim(0, Cursor::default(), false)));
+        assert_eq!(s.cursor(), Cursor::default());
+        // The next pass claims nothing anywhere: no spinning.
+        assert!(s.advance(&Cursor::default(), &claim(0, key("m"), true)));
+        assert!(!s.advance(&key("m"), &claim(0, Cursor::default(), false)));
+        // A claim that covers every key from the first: the statement's own verdict.
+        assert!(!s.advance(&Cursor::default(), &claim(2, Cursor::default(), false)));
+        assert!(s.advance(&Cursor::default(), &claim(2, Cursor::default(), true)));
+    }
 }

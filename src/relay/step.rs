@@ -407,14 +407,16 @@ impl Relay {
             ClaimMode::Tx => ordered_sql::OrderedMode::Tx,
         };
         let cursor = self.ordering.cursor();
-        let ordered = ordered_sql::claim(conn, &how, limit, limit.rows, &ordering, &cursor).await?;
-        self.ordering.set_cursor(ordered.cursor);
+        let min_keys = i64::from(self.cfg.concurrency);
+        let ordered =
+            ordered_sql::claim(conn, &how, limit, limit.rows, min_keys, &ordering, &cursor).await?;
+        let more = self.ordering.advance(&cursor, &ordered);
         let ordered_from = unordered.rows.len();
         unordered.rows.extend(ordered.rows);
         Ok(Claimed {
             rows: unordered.rows,
             ordered_from,
-            budget_reached: unordered.budget_reached || ordered.more,
+            budget_reached: unordered.budget_reached || more,
             event,
         })
     }

@@ -74,6 +74,7 @@ async fn a_healthy_outbox_passes_every_check_of_its_own() {
         "relays",
         "dead_letters",
         "blocked",
+        "ordering_blocked",
         "oldest_pending",
         "prune",
     ] {

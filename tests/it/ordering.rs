@@ -325,6 +325,23 @@ async fn a_poison_head_blocks_its_key_until_requeued_or_skipped() {
     assert_eq!(blocking.get(&skip_head), Some(&2), "{dead}");
     let listed = stdout(&run(&db, &["dead", "list"], 0));
     assert!(listed.contains("blocking 3 events"), "{listed}");
+    let out = db.cmd().args(["doctor", "--json"]).output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "ordering_blocked")
+        .cloned()
+        .unwrap_or_else(|| panic!("no ordering_blocked check: {report}"));
+    assert_eq!(check["status"], "WARN", "{check}");
+    assert!(
+        check["message"].as_str().unwrap().starts_with(
+            "2 ordered keys are blocked by a dead-lettered head, holding back 5 events, the oldest for"
+        ),
+        "{check}"
+    );
+    assert_eq!(check["details"]["blocked_events"], 5, "{check}");
 
     // The consumer is fixed: requeue resumes the key, head first.
     poison_fails.store(false, AtomicOrdering::SeqCst);
@@ -540,6 +557,290 @@ async fn many_keys_with_one_event_each_and_unordered_types_beside_them() {
     assert_eq!(seen.len(), 20_000);
     assert!(seen.values().all(|n| *n == 1), "each exactly once");
     assert_eq!(pending(&db).await, 0);
+}
+
+/// Several named ordered types, the first of which (in name order) has no pending row: the walk
+/// must still reach the later types' keys (it once stopped at the first empty type), and every
+/// key's events are published in order, across a `--once` run that starts mid-way.
+#[tokio::test]
+async fn named_types_are_all_walked_even_when_one_has_nothing_pending() {
+    let db = TestDb::new().await;
+    run(
+        &db,
+        &[
+            "ordering",
+            "enable",
+            "--aggregate-type",
+            "invoice",
+            "--aggregate-type",
+            "order",
+            "--aggregate-type",
+            "shipment",
+        ],
+        0,
+    );
+    for k in 0..30 {
+        for n in 1..=3 {
+            insert(&db, "order", &format!("o{k}"), n, false).await;
+            insert(&db, "shipment", &format!("s{k}"), n, false).await;
+        }
+    }
+    insert(&db, "plain", "p", 1, false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.jsonl");
+    let sink = format!("file:{}", file.display());
+    run(
+        &db,
+        &["relay", "--once", "--batch-size", "7", "--sink", &sink],
+        0,
+    );
+    assert_eq!(pending(&db).await, 0, "every ordered type walked");
+    let firsts = first_deliveries(&keyed(file_bodies(&file)));
+    assert_eq!(firsts.len(), 61);
+    for (agg, ns) in &firsts {
+        if agg != "p" {
+            assert_eq!(ns, &vec![1, 2, 3], "{agg}");
+        }
+    }
+}
+
+/// Fills `keys` keys of type `order` with `per` events each of about `bytes` bytes of payload,
+/// in id order n = 1..per within each key.
+async fn fill(db: &TestDb, keys: i64, per: i64, bytes: i64) {
+    db.exec(&format!(
+        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+         SELECT '00000000-0000-0000-0000-000000000001', 'order', 'k' || k, 'e',
+                jsonb_build_object('n', n, 'pad', repeat('x', {bytes})), k || '-' || n
+           FROM generate_series(1, {per}) n, generate_series(1, {keys}) k ORDER BY n, k"
+    ))
+    .await;
+}
+
+fn everything() -> outboxctl::db::ordering::Ordering {
+    outboxctl::db::ordering::Ordering {
+        all: true,
+        types: Vec::new(),
+    }
+}
+
+/// `--batch-bytes` bounds the ordered claim too: round robin over the keys until the budget, so
+/// what it leaves out of a key is the end of the key's run; the first row is claimed whatever its
+/// size; and the claim says more is waiting.
+#[tokio::test]
+async fn the_ordered_claim_keeps_to_the_byte_budget_and_cuts_only_a_keys_tail() {
+    use outboxctl::db::ordering::{claim, Cursor, OrderedMode};
+    use outboxctl::db::relay::BatchLimit;
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable"], 0);
+    fill(&db, 3, 4, 1000).await;
+    let mut c = db.pool.acquire().await.unwrap();
+    for (bytes, expect) in [(3500, 3), (5500, 5), (1, 1), (16 << 20, 12)] {
+        use sqlx::Connection;
+        let mut tx = c.begin().await.unwrap();
+        let limit = BatchLimit { rows: 100, bytes };
+        let got = claim(
+            &mut tx,
+            &OrderedMode::Tx,
+            limit,
+            100,
+            16,
+            &everything(),
+            &Cursor::default(),
+        )
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        assert_eq!(got.rows.len(), expect, "budget {bytes}");
+        let mut per_key: HashMap<String, Vec<i64>> = HashMap::new();
+        for r in &got.rows {
+            let n = serde_json::from_str::<Value>(&r.payload).unwrap()["n"]
+                .as_i64()
+                .unwrap();
+            per_key.entry(r.aggregate_id.clone()).or_default().push(n);
+        }
+        for (k, ns) in &per_key {
+            assert_eq!(
+                ns,
+                &(1..=ns.len() as i64).collect::<Vec<_>>(),
+                "{k}: a prefix"
+            );
+        }
+        assert_eq!(got.more, expect < 12, "budget {bytes}: more waiting");
+    }
+}
+
+/// The ordered claim is planned once per connection and its plan reused (planning it cost as
+/// much as walking 500 keys), in both modes and both shapes (every type, named types).
+#[tokio::test]
+async fn the_ordered_claim_is_planned_once_per_connection() {
+    use outboxctl::db::ordering::{claim, Cursor, OrderedMode, Ordering};
+    use outboxctl::db::relay::BatchLimit;
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable"], 0);
+    fill(&db, 20, 2, 10).await;
+    let pool = outboxctl::db::pool_for_relay(&db.config(), 1, true, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut c = pool.acquire().await.unwrap();
+    let limit = BatchLimit {
+        rows: 5,
+        bytes: 16 << 20,
+    };
+    let named = Ordering {
+        all: false,
+        types: vec!["order".into()],
+    };
+    for _ in 0..8 {
+        use sqlx::Connection;
+        for ordering in [everything(), named.clone()] {
+            let mut tx = c.begin().await.unwrap();
+            let got = claim(
+                &mut tx,
+                &OrderedMode::Tx,
+                limit,
+                5,
+                1,
+                &ordering,
+                &Cursor::default(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(got.rows.len(), 5);
+            tx.rollback().await.unwrap();
+            let lease = OrderedMode::Lease {
+                lease_micros: 1,
+                token: uuid::Uuid::new_v4(),
+            };
+            let got = claim(&mut c, &lease, limit, 5, 1, &ordering, &Cursor::default())
+                .await
+                .unwrap();
+            assert_eq!(got.rows.len(), 5);
+            // The 1 µs lease is over by the next claim.
+        }
+    }
+    let plans: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements
+          WHERE statement LIKE 'WITH RECURSIVE walk%' ORDER BY statement",
+    )
+    .fetch_all(&mut *c)
+    .await
+    .unwrap();
+    assert_eq!(
+        plans,
+        vec![(8, 0); 4],
+        "one generic plan per statement, reused"
+    );
+}
+
+/// Port of the metrics test's relay (`--metrics-addr`) and its HTTP consumer.
+const PORT_METRICS: u16 = 18801;
+const PORT_METRICS_SINK: u16 = 18802;
+
+/// A blocked key shows in the relay's metrics: `outboxctl_ordering_blocked_keys` and
+/// `outboxctl_ordering_blocked_events` (the events it holds back), and both go back to 0 once
+/// the head is requeued and the key drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_keys_show_in_the_metrics() {
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable"], 0);
+    let poison_fails = Arc::new(AtomicBool::new(true));
+    let pf = Arc::clone(&poison_fails);
+    let server = TestServer::start(PORT_METRICS_SINK, move |r| {
+        if r.json()["payload"]["poison"] == Value::Bool(true) && pf.load(AtomicOrdering::SeqCst) {
+            (422, vec![])
+        } else {
+            (200, vec![])
+        }
+    });
+    let head = insert(&db, "order", "bad", 1, true).await;
+    insert(&db, "order", "bad", 2, false).await;
+    insert(&db, "order", "bad", 3, false).await;
+    insert(&db, "order", "good", 1, false).await;
+    let child = db
+        .cmd()
+        .args(["relay", "--mode", "lease", "--poll-interval", "100ms"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{PORT_METRICS}")])
+        .args(["--sink", &server.url()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _relays = Relays(vec![child]);
+    let gauges = || async {
+        let text = reqwest::get(format!("http://127.0.0.1:{PORT_METRICS}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let v = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        Some((
+            v("outboxctl_ordering_blocked_keys")?,
+            v("outboxctl_ordering_blocked_events")?,
+        ))
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "the block in the metrics",
+        || async { gauges().await == Some((1.0, 2.0)) },
+    )
+    .await;
+    assert_eq!(
+        first_deliveries(&keyed(server.accepted().iter().map(|r| r.json()))).get("good"),
+        Some(&vec![1])
+    );
+    poison_fails.store(false, AtomicOrdering::SeqCst);
+    run(&db, &["requeue", &head.to_string()], 0);
+    wait_until(Duration::from_secs(30), "the key drained", || async {
+        pending(&db).await == 0
+    })
+    .await;
+    wait_until(Duration::from_secs(30), "the metrics back at 0", || async {
+        gauges().await == Some((0.0, 0.0))
+    })
+    .await;
+}
+
+/// A `--once` run drains every ordered key, however many claims it takes: once the walk reaches
+/// the last key it goes round to the keys before its cursor (it used to stop there, leaving every
+/// key's later events pending: 99k of 1k keys x 100 in the benchmark).
+#[tokio::test]
+async fn a_once_run_goes_round_the_keys_until_every_event_is_out() {
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable"], 0);
+    fill(&db, 40, 5, 10).await;
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["tx", "lease"] {
+        let file = dir.path().join(format!("{mode}.jsonl"));
+        let sink = format!("file:{}", file.display());
+        run(
+            &db,
+            &[
+                "relay",
+                "--once",
+                "--mode",
+                mode,
+                "--batch-size",
+                "20",
+                "--sink",
+                &sink,
+            ],
+            0,
+        );
+        assert_eq!(pending(&db).await, 0, "{mode}: everything published");
+        let firsts = first_deliveries(&keyed(file_bodies(&file)));
+        assert_eq!(firsts.len(), 40);
+        assert!(
+            firsts.values().all(|ns| ns == &vec![1, 2, 3, 4, 5]),
+            "{mode}: {firsts:?}"
+        );
+        db.exec("UPDATE outbox SET published_at = NULL").await;
+    }
 }
 
 const KEY_INDEX_STATE: &str = "SELECT (SELECT CASE WHEN i.indisvalid AND i.indisready THEN 'valid' ELSE 'invalid' END
