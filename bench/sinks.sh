@@ -8,6 +8,10 @@
 #   RabbitMQ  pika publisher with confirms                        bench/raw_clients.py amqp
 # The relay's figure includes its PostgreSQL claim and settle; the raw clients' do not.
 #   bench/sinks.sh [N=50000] [SINKS="kafka nats redis amqp"]
+# MODES="auto tx lease" adds a relay row per --mode (default: auto only). The binary is
+# ${CARGO_TARGET_DIR:-target}/release/outboxctl, built first; or OUTBOXCTL_BIN, used as it is
+# (build.rs reruns whenever any ref of the repository moves, so a shared checkout's release
+# build is often stale for reasons that do not touch the code).
 # Brokers: Kafka (Tansu) 127.0.0.1:9092, NATS 4222 (JetStream), Redis 6379, RabbitMQ 5672.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,10 +20,11 @@ SINKS=${2:-kafka nats redis amqp}
 : "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
 export DATABASE_URL
 S=bench_sinks
-BIN=target/release/outboxctl
+MODES=${MODES:-auto}
+BIN=${OUTBOXCTL_BIN:-${CARGO_TARGET_DIR:-target}/release/outboxctl}
 RAW="python3 bench/raw_clients.py"
 RUN=$(date +%s)
-cargo build --release --locked --quiet
+[ -n "${OUTBOXCTL_BIN:-}" ] || cargo build --release --locked --quiet
 q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 cleanup() {
   q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true
@@ -47,39 +52,47 @@ drain() {
   seed "$N"
   local s e
   s=$(date +%s.%N)
-  $BIN relay --schema $S --once --batch-size 1000 --sink "$1" >/dev/null
+  $BIN relay --schema $S --once --mode "$2" --batch-size 1000 --sink "$1" >/dev/null
   e=$(date +%s.%N)
   local left
   left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
   [ "$left" = 0 ] || { echo "relay left $left events unpublished ($1)" >&2; exit 1; }
   python3 -c "print(round($N / ($e - $s)))"
 }
-row() { python3 -c "print(f'| $1 | {$2:,} | {$3:,} | {$2 / $3:.2f}x |')"; }
+row() { python3 -c "print(f'| $1 | $2 | {$3:,} | {$4:,} | {$3 / $4:.2f}x |')"; }
+# One relay row per mode of MODES against the raw client's figure $2 (sink spec $1, label $3).
+relay_rows() {
+  local mode relay
+  for mode in $MODES; do
+    relay=$(drain "$1" "$mode")
+    row "$3" "$mode" "$relay" "$2"
+  done
+}
 echo "$(date -u +%FT%TZ) N=$N events of $SIZE bytes; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| sink | relay events/s | raw client msgs/s | relay / raw |"
-echo "|---|---|---|---|"
+echo "| sink | --mode | relay events/s | raw client msgs/s | relay / raw |"
+echo "|---|---|---|---|---|"
 for sink in $SINKS; do
   case $sink in
   kafka)
     raw=$($RAW kafka 127.0.0.1:9092 "benchsinks.raw.$RUN" "$N" "$SIZE")
-    relay=$(drain "kafka://127.0.0.1:9092?topic=benchsinks.relay.$RUN")
-    row "Kafka (Tansu), vs confluent-kafka idempotent producer" "$relay" "$raw" ;;
+    relay_rows "kafka://127.0.0.1:9092?topic=benchsinks.relay.$RUN" "$raw" \
+      "Kafka (Tansu), vs confluent-kafka idempotent producer" ;;
   nats)
     $RAW nats-setup nats://127.0.0.1:4222 BENCHSINKS 'benchsinks.>'
     raw=$($RAW nats nats://127.0.0.1:4222 benchsinks.raw "$N" "$SIZE")
-    relay=$(drain "nats://127.0.0.1:4222?subject=benchsinks.relay")
-    row "NATS JetStream, vs nats-py async publisher" "$relay" "$raw" ;;
+    relay_rows "nats://127.0.0.1:4222?subject=benchsinks.relay" "$raw" \
+      "NATS JetStream, vs nats-py async publisher" ;;
   redis)
     value=$(head -c "$SIZE" /dev/zero | tr '\0' x)
     raw=$(redis-benchmark -p 6379 -q -n "$N" -P 100 XADD benchsinks.raw '*' event "$value" \
       | tr '\r' '\n' | grep -oE '[0-9.]+ requests per second' | tail -n1 | cut -d' ' -f1)
     raw=${raw%.*}
-    relay=$(drain "redis://127.0.0.1:6379?stream=benchsinks.relay")
-    row "Redis Streams, vs redis-benchmark XADD -P 100" "$relay" "$raw" ;;
+    relay_rows "redis://127.0.0.1:6379?stream=benchsinks.relay" "$raw" \
+      "Redis Streams, vs redis-benchmark XADD -P 100" ;;
   amqp)
     $RAW amqp-setup benchsinks
     raw=$($RAW amqp benchsinks "$N" "$SIZE")
-    relay=$(drain "amqp://guest:guest@127.0.0.1:5672/%2f?routing_key=benchsinks")
-    row "RabbitMQ, vs pika with confirms" "$relay" "$raw" ;;
+    relay_rows "amqp://guest:guest@127.0.0.1:5672/%2f?routing_key=benchsinks" "$raw" \
+      "RabbitMQ, vs pika with confirms" ;;
   esac
 done

@@ -58,6 +58,8 @@ pub async fn build(
             signing_secrets,
             timeout: publish_timeout,
             kafka_properties: args.kafka_properties.clone(),
+            kafka_test_fatal_error_at: env("OUTBOXCTL_TEST_KAFKA_FATAL_ERROR")
+                .and_then(|s| s.trim().parse().ok()),
         },
     )
     .await?;

@@ -21,7 +21,7 @@
 //! producer.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,6 +29,7 @@ use futures::StreamExt;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, ClientContext};
 
@@ -61,6 +62,10 @@ pub struct KafkaSink {
     display: String,
     row_headers: HeaderPolicy,
     warned_topics: Mutex<HashSet<(String, i32)>>,
+    /// Test-only: the publish call (1-based) in which to raise a fabricated fatal error.
+    test_fatal_at: Option<u64>,
+    /// Publish calls so far (for `test_fatal_at`).
+    publishes: AtomicU64,
 }
 
 /// What librdkafka's callbacks tell the sink.
@@ -288,7 +293,19 @@ impl KafkaSink {
             display,
             row_headers: HeaderPolicy::kafka(),
             warned_topics: Mutex::new(HashSet::new()),
+            test_fatal_at: None,
+            publishes: AtomicU64::new(0),
         })
+    }
+
+    /// Test-only hook (the hidden `OUTBOXCTL_TEST_KAFKA_FATAL_ERROR=N`): in the `n`th publish
+    /// call, after half of its messages were handed to the producer, librdkafka is told to raise
+    /// a fatal error (`rd_kafka_test_fatal_error`, librdkafka's own hook for this), as it would
+    /// when the broker rejects the idempotent producer's sequence. No broker can be made to do
+    /// that on demand, so this is how the rebuild is tested.
+    pub fn with_test_fatal_error_at(mut self, n: Option<u64>) -> Self {
+        self.test_fatal_at = n.filter(|n| *n > 0);
+        self
     }
 
     /// The producer for this batch; a new one when the last one hit a fatal error (its
@@ -412,6 +429,49 @@ impl KafkaSink {
             _ => SinkError::retryable(message),
         }
     }
+
+    /// The outcome of one delivery report; notes in `timed_out` a message that timed out.
+    fn verdict<E>(
+        &self,
+        topic: &str,
+        report: Result<OwnedDeliveryResult, E>,
+        timed_out: &mut bool,
+    ) -> Outcome {
+        match report {
+            Ok(Ok(_)) => Outcome::Published,
+            Ok(Err((err, _msg))) => {
+                *timed_out |= err.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut);
+                Outcome::Failed(self.classify(topic, &err))
+            }
+            Err(_canceled) => Outcome::Failed(SinkError::unavailable(
+                "Kafka: the producer went away before the delivery report",
+            )),
+        }
+    }
+}
+
+/// Makes librdkafka raise a fabricated fatal error on `producer` (test hook only, see
+/// [`KafkaSink::with_test_fatal_error_at`]): from then on the producer refuses new messages with
+/// `ERR__FATAL`, purges the queued ones, reports the in-flight ones as the broker answers, and
+/// calls the error callback with `ERR__FATAL`, exactly as for a real fatal idempotence error.
+#[allow(unsafe_code)]
+fn raise_test_fatal_error(producer: &FutureProducer<Ctx>) {
+    use rdkafka::bindings::{rd_kafka_resp_err_t, rd_kafka_test_fatal_error};
+    use rdkafka::producer::Producer;
+    tracing::warn!(
+        sink = "kafka",
+        "test hook: raising a fabricated fatal producer error (OUTBOXCTL_TEST_KAFKA_FATAL_ERROR)"
+    );
+    // SAFETY: the pointer is the live `rd_kafka_t` of a producer we hold a reference to (it is
+    // not destroyed while borrowed), and the reason is a NUL-terminated static string;
+    // `rd_kafka_test_fatal_error` is thread-safe (it takes the handle's lock).
+    unsafe {
+        rd_kafka_test_fatal_error(
+            producer.client().native_ptr(),
+            rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+            c"outboxctl test hook".as_ptr(),
+        );
+    }
 }
 
 fn create(
@@ -437,6 +497,8 @@ fn create(
 impl Sink for KafkaSink {
     async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
         let producer = self.producer();
+        let call = self.publishes.fetch_add(1, Ordering::Relaxed) + 1;
+        let raise_fatal_at = (self.test_fatal_at == Some(call)).then_some(events.len() / 2);
         let deadline = tokio::time::Instant::now() + ctl.timeout;
         let timeout_msg = format!(
             "Kafka: no delivery report within {}",
@@ -453,6 +515,16 @@ impl Sink for KafkaSink {
                 .is_some_and(|t| tokio::time::Instant::now() >= t);
             if ctl.shutdown.is_cancelled() || too_late {
                 break;
+            }
+            if raise_fatal_at == Some(i) {
+                // The hook first awaits the reports of what was sent so far, so the batch holds
+                // both acked messages and ones the fatal producer refuses.
+                while let Some(next) = pending.next().await {
+                    let (j, topic, report): (usize, String, _) = next;
+                    open.remove(&j);
+                    outcomes[j] = self.verdict(&topic, report, &mut timed_out);
+                }
+                raise_test_fatal_error(&producer);
             }
             let topic = self.topic.expand(e);
             if let Some(why) = invalid_topic(&topic) {
@@ -503,17 +575,7 @@ impl Sink for KafkaSink {
                 next = pending.next() => match next {
                     Some((i, topic, report)) => {
                         open.remove(&i);
-                        outcomes[i] = match report {
-                            Ok(Ok(_)) => Outcome::Published,
-                            Ok(Err((err, _msg))) => {
-                                timed_out |= err.rdkafka_error_code()
-                                    == Some(RDKafkaErrorCode::MessageTimedOut);
-                                Outcome::Failed(self.classify(&topic, &err))
-                            }
-                            Err(_canceled) => Outcome::Failed(SinkError::unavailable(
-                                "Kafka: the producer went away before the delivery report",
-                            )),
-                        };
+                        outcomes[i] = self.verdict(&topic, report, &mut timed_out);
                     }
                     None => break,
                 },

@@ -261,6 +261,9 @@ pub struct SinkOptions {
     pub timeout: Duration,
     /// `--kafka-property` arguments (`KEY=VALUE`), for the Kafka sink.
     pub kafka_properties: Vec<String>,
+    /// Test-only (hidden `OUTBOXCTL_TEST_KAFKA_FATAL_ERROR`): the Kafka publish call in which to
+    /// raise a fabricated fatal producer error.
+    pub kafka_test_fatal_error_at: Option<u64>,
 }
 
 /// Builds the sink named by `--sink`: `stdout`, `null`, `file:PATH`, `http(s)://...`,
@@ -295,11 +298,10 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
         return Ok(Arc::new(redis::RedisSink::new(spec)?));
     }
     if spec.starts_with("kafka://") {
-        return Ok(Arc::new(kafka::KafkaSink::new(
-            spec,
-            &opts.kafka_properties,
-            opts.timeout,
-        )?));
+        return Ok(Arc::new(
+            kafka::KafkaSink::new(spec, &opts.kafka_properties, opts.timeout)?
+                .with_test_fatal_error_at(opts.kafka_test_fatal_error_at),
+        ));
     }
     if spec.starts_with("nats://") {
         return Ok(Arc::new(nats::NatsSink::connect(spec, opts.timeout).await?));
