@@ -61,24 +61,28 @@ impl Ordering {
 }
 
 /// Reads the switch. `None` when the schema has no migration 6 yet (the table is missing): the
-/// relay then claims as before.
+/// relay then claims as before. The table's existence is asked first, rather than the `SELECT`
+/// left to fail: tx mode reads the switch inside the claim's transaction, where a failed statement
+/// aborts the transaction and with it the claim (a relay upgraded before `migrate` ran failed
+/// every claim that way). Two statements once per refresh (a second), not per claim.
 pub async fn load(conn: &mut PgConnection) -> sqlx::Result<Option<Ordering>> {
-    let rows: Result<Vec<String>, sqlx::Error> =
+    let migrated: bool = sqlx::query_scalar("SELECT to_regclass('outbox_ordering') IS NOT NULL")
+        .persistent(true)
+        .fetch_one(&mut *conn)
+        .await?;
+    if !migrated {
+        return Ok(None);
+    }
+    let types: Vec<String> =
         sqlx::query_scalar("SELECT aggregate_type FROM outbox_ordering ORDER BY aggregate_type")
             .persistent(true)
             .fetch_all(conn)
-            .await;
-    match rows {
-        Ok(types) => {
-            let all = types.iter().any(|t| t == ALL_TYPES);
-            Ok(Some(Ordering {
-                all,
-                types: if all { Vec::new() } else { types },
-            }))
-        }
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(None),
-        Err(e) => Err(e),
-    }
+            .await?;
+    let all = types.iter().any(|t| t == ALL_TYPES);
+    Ok(Some(Ordering {
+        all,
+        types: if all { Vec::new() } else { types },
+    }))
 }
 
 /// One row of `ordering status`.

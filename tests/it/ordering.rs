@@ -986,3 +986,38 @@ async fn migration_7_keeps_the_key_index_only_where_ordering_is_on() {
         assert_eq!(key_index(&db).await, want, "ordering on: {ordered}");
     }
 }
+
+/// A relay of this version on an outbox migrated only through migration 5 (a rolling upgrade: the
+/// new relays start before `migrate` runs) has no ordering switch to read, and relays unordered
+/// in both modes. In tx mode the switch is read inside the claim's transaction, where a failed
+/// read of the missing table once aborted the transaction and every claim after it.
+#[tokio::test]
+async fn a_relay_on_a_schema_before_migration_6_relays_unordered_in_both_modes() {
+    for mode in ["tx", "lease"] {
+        let db = TestDb::unmigrated().await;
+        db.exec(&format!("CREATE SCHEMA \"{}\"", db.schema)).await;
+        let mut conn = outboxctl::db::connect(&db.config()).await.expect("connect");
+        let through_5 = sqlx::migrate::Migrator {
+            migrations: std::borrow::Cow::Owned(
+                outboxctl::db::migrate::MIGRATOR
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect(),
+            ),
+            ..sqlx::migrate::Migrator::DEFAULT
+        };
+        through_5.run(&mut conn).await.expect("migrations 1-5");
+        db.seed_ready(30).await;
+        let out = run(
+            &db,
+            &[
+                "relay", "--once", "--mode", mode, "--sink", "null", "--json",
+            ],
+            0,
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+        assert_eq!(v["published"], 30, "{mode}: {v}");
+        assert_eq!(pending(&db).await, 0, "{mode}");
+    }
+}
