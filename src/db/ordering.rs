@@ -60,17 +60,22 @@ impl Ordering {
     }
 }
 
+/// Whether the schema has migration 6 (the switch's table). Asked rather than left to a failing
+/// statement: inside a transaction a failed statement aborts it (see [`load`]).
+async fn migrated(conn: &mut PgConnection) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT to_regclass('outbox_ordering') IS NOT NULL")
+        .persistent(true)
+        .fetch_one(conn)
+        .await
+}
+
 /// Reads the switch. `None` when the schema has no migration 6 yet (the table is missing): the
 /// relay then claims as before. The table's existence is asked first, rather than the `SELECT`
 /// left to fail: tx mode reads the switch inside the claim's transaction, where a failed statement
 /// aborts the transaction and with it the claim (a relay upgraded before `migrate` ran failed
 /// every claim that way). Two statements once per refresh (a second), not per claim.
 pub async fn load(conn: &mut PgConnection) -> sqlx::Result<Option<Ordering>> {
-    let migrated: bool = sqlx::query_scalar("SELECT to_regclass('outbox_ordering') IS NOT NULL")
-        .persistent(true)
-        .fetch_one(&mut *conn)
-        .await?;
-    if !migrated {
+    if !migrated(conn).await? {
         return Ok(None);
     }
     let types: Vec<String> =
@@ -351,10 +356,7 @@ pub async fn blocked(conn: &mut PgConnection) -> sqlx::Result<Blocked> {
 
 /// [`blocked`], or `None` on a schema without migration 6.
 pub async fn blocked_if_migrated(conn: &mut PgConnection) -> sqlx::Result<Option<Blocked>> {
-    let migrated: bool = sqlx::query_scalar("SELECT to_regclass('outbox_ordering') IS NOT NULL")
-        .fetch_one(&mut *conn)
-        .await?;
-    if !migrated {
+    if !migrated(conn).await? {
         return Ok(None);
     }
     blocked(conn).await.map(Some)
@@ -366,10 +368,7 @@ pub async fn blocked_if_migrated(conn: &mut PgConnection) -> sqlx::Result<Option
 pub async fn blocking_heads(
     conn: &mut PgConnection,
 ) -> sqlx::Result<std::collections::HashMap<i64, i64>> {
-    let migrated: bool = sqlx::query_scalar("SELECT to_regclass('outbox_ordering') IS NOT NULL")
-        .fetch_one(&mut *conn)
-        .await?;
-    if !migrated {
+    if !migrated(conn).await? {
         return Ok(Default::default());
     }
     let rows: Vec<(i64, i64)> = sqlx::query_as(
