@@ -1021,3 +1021,21 @@ async fn a_relay_on_a_schema_before_migration_6_relays_unordered_in_both_modes()
         assert_eq!(pending(&db).await, 0, "{mode}");
     }
 }
+
+/// No BEFORE UPDATE row trigger on the outbox: with one, PostgreSQL fetches and locks every row an
+/// UPDATE touches once more before it checks the trigger's column list or WHEN clause, so every
+/// claim and settle paid for migration 6's blocking trigger until migration 8 made it AFTER.
+#[tokio::test]
+async fn the_outbox_has_no_before_update_row_trigger() {
+    let db = TestDb::new().await;
+    // tgtype bits: 1 ROW, 2 BEFORE, 16 UPDATE.
+    let before_update_row: Vec<String> = sqlx::query_scalar(
+        "SELECT tgname::text FROM pg_trigger
+          WHERE tgrelid = to_regclass('outbox') AND NOT tgisinternal
+            AND tgtype & 1 = 1 AND tgtype & 2 = 2 AND tgtype & 16 = 16",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .expect("triggers");
+    assert!(before_update_row.is_empty(), "{before_update_row:?}");
+}
