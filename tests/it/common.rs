@@ -237,3 +237,22 @@ pub fn capture<R: std::io::Read + Send + 'static>(
     });
     buf
 }
+
+/// A fixed port of a test's own server or cluster, shifted by `OUTBOXCTL_TEST_PORT_OFFSET`
+/// (default 0) so that two checkouts can run the suite at once on one machine without taking
+/// each other's ports (and, for [`crate::pg_cluster::PgCluster`], cluster names).
+pub fn port(p: u16) -> u16 {
+    p + port_offset()
+}
+
+/// `OUTBOXCTL_TEST_PORT_OFFSET`, or 0.
+pub fn port_offset() -> u16 {
+    std::env::var("OUTBOXCTL_TEST_PORT_OFFSET")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse()
+                .expect("OUTBOXCTL_TEST_PORT_OFFSET must be a port offset (e.g. 1000)")
+        })
+        .unwrap_or(0)
+}

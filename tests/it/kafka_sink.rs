@@ -462,11 +462,11 @@ pub(crate) async fn start_broker(port: u16) -> Broker {
 /// flight (a batch); the relay recovers by itself.
 #[tokio::test]
 async fn a_broker_restart_mid_drain_loses_nothing_and_the_relay_recovers() {
-    const PORT: u16 = 18600;
+    let kport: u16 = crate::common::port(18600);
     const EVENTS: i64 = 20_000;
     const BATCH: i64 = 200;
-    let bootstrap = format!("127.0.0.1:{PORT}");
-    let mut broker = start_broker(PORT).await;
+    let bootstrap = format!("127.0.0.1:{kport}");
+    let mut broker = start_broker(kport).await;
     let db = TestDb::new().await;
     db.seed_ready(EVENTS).await;
     let p = prefix();
@@ -517,7 +517,7 @@ async fn a_broker_restart_mid_drain_loses_nothing_and_the_relay_recovers() {
         },
     )
     .await;
-    broker = start_broker(PORT).await;
+    broker = start_broker(kport).await;
     let deadline = Instant::now() + Duration::from_secs(120);
     while published().await < EVENTS {
         assert!(

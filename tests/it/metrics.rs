@@ -177,7 +177,7 @@ async fn counters_match_what_the_sink_received_and_promtool_accepts_the_scrape()
     });
     let d = Daemon::start(
         db.cmd(),
-        18400,
+        crate::common::port(18400),
         &[
             "--sink",
             &server.url(),
@@ -345,12 +345,12 @@ impl Drop for Proxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_is_503_while_the_database_is_unreachable_and_200_after() {
     let db = TestDb::new().await;
-    let proxy = Proxy::start(18402).await;
+    let proxy = Proxy::start(crate::common::port(18402)).await;
     let mut cmd = db.cmd();
     cmd.env("DATABASE_URL", proxy.url());
     let d = Daemon::start(
         cmd,
-        18401,
+        crate::common::port(18401),
         &[
             "--sink",
             "null",
@@ -387,10 +387,10 @@ async fn readyz_is_503_while_the_database_is_unreachable_and_200_after() {
 async fn readyz_is_503_while_the_sink_circuit_is_open_and_200_after() {
     let db = TestDb::new().await;
     db.seed_ready(5).await;
-    let sink_port = 18404;
+    let sink_port = crate::common::port(18404);
     let d = Daemon::start(
         db.cmd(),
-        18403,
+        crate::common::port(18403),
         &[
             "--sink",
             &format!("http://127.0.0.1:{sink_port}/events"),
@@ -439,7 +439,7 @@ async fn livez_is_200_while_the_loop_runs_and_503_when_it_is_wedged() {
     cmd.env("OUTBOXCTL_TEST_FAILPOINT", "hang-after-publish");
     let d = Daemon::start(
         cmd,
-        18405,
+        crate::common::port(18405),
         &[
             "--sink",
             "null",
@@ -517,14 +517,14 @@ async fn bad_metrics_addr_is_a_usage_error_and_a_port_in_use_a_clear_one() {
             "--sink",
             "null",
             "--metrics-addr",
-            "127.0.0.1:18406",
+            &format!("127.0.0.1:{}", crate::common::port(18406)),
         ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--once"), "{}", stderr(&out));
 
-    let _taken = std::net::TcpListener::bind("127.0.0.1:18407").unwrap();
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", crate::common::port(18407))).unwrap();
     let out = db
         .cmd()
         .args([
@@ -532,7 +532,7 @@ async fn bad_metrics_addr_is_a_usage_error_and_a_port_in_use_a_clear_one() {
             "--sink",
             "null",
             "--metrics-addr",
-            "127.0.0.1:18407",
+            &format!("127.0.0.1:{}", crate::common::port(18407)),
         ])
         .output()
         .unwrap();
@@ -540,8 +540,10 @@ async fn bad_metrics_addr_is_a_usage_error_and_a_port_in_use_a_clear_one() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.starts_with("error: cannot listen on --metrics-addr 127.0.0.1:18407")
-            && err.to_lowercase().contains("in use"),
+        err.starts_with(&format!(
+            "error: cannot listen on --metrics-addr 127.0.0.1:{}",
+            crate::common::port(18407)
+        )) && err.to_lowercase().contains("in use"),
         "{err}"
     );
 }

@@ -194,7 +194,7 @@ async fn status_lists_pending_then_applied_and_changes_nothing() {
 #[test]
 fn system_schemas_are_refused_by_every_command_before_connecting() {
     // Nothing listens on this port: a command that got as far as connecting would exit 3.
-    let nowhere = "postgres://postgres@127.0.0.1:18401/test";
+    let nowhere = "postgres://postgres@127.0.0.1:18298/test";
     for schema in [
         "information_schema",
         "pg_catalog",

@@ -14,9 +14,15 @@ use crate::fixtures::{run, run_json};
 use crate::http_server::TestServer;
 
 /// Ports of this module's own HTTP consumers.
-const PORT_CAUSAL: u16 = 18701;
-const PORT_POISON: u16 = 18702;
-const PORT_SKIP: u16 = 18703;
+fn port_causal() -> u16 {
+    crate::common::port(18760)
+}
+fn port_poison() -> u16 {
+    crate::common::port(18761)
+}
+fn port_skip() -> u16 {
+    crate::common::port(18762)
+}
 
 async fn pending(db: &TestDb) -> i64 {
     db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL")
@@ -130,7 +136,7 @@ async fn causal_order_holds_under_faults_with_four_relays() {
     run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
     let counter = Arc::new(AtomicU64::new(0));
     let c = Arc::clone(&counter);
-    let server = TestServer::start(PORT_CAUSAL, move |_| {
+    let server = TestServer::start(port_causal(), move |_| {
         // Deterministic ~10 % failures, spread over the run.
         let i = c.fetch_add(1, AtomicOrdering::SeqCst);
         if (i.wrapping_mul(2_654_435_761) >> 7).is_multiple_of(10) {
@@ -278,7 +284,7 @@ async fn a_poison_head_blocks_its_key_until_requeued_or_skipped() {
     run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
     let poison_fails = Arc::new(AtomicBool::new(true));
     let pf = Arc::clone(&poison_fails);
-    let server = TestServer::start(PORT_POISON, move |r| {
+    let server = TestServer::start(port_poison(), move |r| {
         if r.json()["payload"]["poison"] == Value::Bool(true) && pf.load(AtomicOrdering::SeqCst) {
             (422, vec![])
         } else {
@@ -396,7 +402,7 @@ async fn a_poison_head_blocks_its_key_until_requeued_or_skipped() {
     assert!(crate::common::stderr(&out).contains("is not a head to skip"));
 
     // --on-dead skip: the key moves on past its dead head by itself.
-    let _ = PORT_SKIP;
+    let _ = port_skip();
     run(
         &db,
         &[
@@ -733,8 +739,12 @@ async fn the_ordered_claim_is_planned_once_per_connection() {
 }
 
 /// Port of the metrics test's relay (`--metrics-addr`) and its HTTP consumer.
-const PORT_METRICS: u16 = 18801;
-const PORT_METRICS_SINK: u16 = 18802;
+fn port_metrics() -> u16 {
+    crate::common::port(18763)
+}
+fn port_metrics_sink() -> u16 {
+    crate::common::port(18764)
+}
 
 /// A blocked key shows in the relay's metrics: `outboxctl_ordering_blocked_keys` and
 /// `outboxctl_ordering_blocked_events` (the events it holds back), and both go back to 0 once
@@ -745,7 +755,7 @@ async fn blocked_keys_show_in_the_metrics() {
     run(&db, &["ordering", "enable"], 0);
     let poison_fails = Arc::new(AtomicBool::new(true));
     let pf = Arc::clone(&poison_fails);
-    let server = TestServer::start(PORT_METRICS_SINK, move |r| {
+    let server = TestServer::start(port_metrics_sink(), move |r| {
         if r.json()["payload"]["poison"] == Value::Bool(true) && pf.load(AtomicOrdering::SeqCst) {
             (422, vec![])
         } else {
@@ -759,7 +769,7 @@ async fn blocked_keys_show_in_the_metrics() {
     let child = db
         .cmd()
         .args(["relay", "--mode", "lease", "--poll-interval", "100ms"])
-        .args(["--metrics-addr", &format!("127.0.0.1:{PORT_METRICS}")])
+        .args(["--metrics-addr", &format!("127.0.0.1:{}", port_metrics())])
         .args(["--sink", &server.url()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -767,7 +777,7 @@ async fn blocked_keys_show_in_the_metrics() {
         .unwrap();
     let _relays = Relays(vec![child]);
     let gauges = || async {
-        let text = reqwest::get(format!("http://127.0.0.1:{PORT_METRICS}/metrics"))
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", port_metrics()))
             .await
             .ok()?
             .text()

@@ -75,7 +75,7 @@ async fn assert_hidden(db: &TestDb, sink: &str, secret: &str) -> String {
 
 #[tokio::test]
 async fn nats_auth_failure_never_shows_the_password() {
-    let port = 18310;
+    let port = crate::common::port(18310);
     let _server = start(
         Command::new("nats-server")
             .args(["-a", "127.0.0.1", "-p", &port.to_string()])
@@ -112,7 +112,7 @@ async fn nats_auth_failure_never_shows_the_password() {
 
 #[tokio::test]
 async fn redis_auth_failure_never_shows_the_password() {
-    let port = 18311;
+    let port = crate::common::port(18311);
     let _server = start(
         Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])

@@ -257,7 +257,7 @@ async fn jetstream_messages(port: u16, stream: &str) -> Vec<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_down_and_frozen() {
-    let port = 18341;
+    let port = crate::common::port(18341);
     let mut nats = ChildServer::nats(port);
     for fault in [BrokerFault::Down, BrokerFault::Frozen] {
         let prefix = format!("f{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
@@ -315,7 +315,7 @@ async fn nats_down_and_frozen() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_and_frozen() {
-    let port = 18342;
+    let port = crate::common::port(18342);
     let mut redis_server = ChildServer::redis(port);
     for fault in [BrokerFault::Down, BrokerFault::Frozen] {
         let stream = format!("faults-{}", uuid::Uuid::new_v4().simple());
@@ -397,7 +397,7 @@ async fn amqp_messages(url: &str, queue: &str) -> Vec<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_down_and_frozen() {
-    let node = RabbitNode::start(18343, 18344);
+    let node = RabbitNode::start(crate::common::port(18343), crate::common::port(18344));
     for fault in [BrokerFault::Down, BrokerFault::Frozen] {
         let queue = format!("faults-{}", uuid::Uuid::new_v4().simple());
         {
@@ -462,10 +462,10 @@ async fn rabbitmq_down_and_frozen() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_down_and_frozen() {
     use crate::kafka_sink::{read_all, start_broker};
-    const PORT: u16 = 18703;
-    let bootstrap = format!("127.0.0.1:{PORT}");
+    let kport: u16 = crate::common::port(18703);
+    let bootstrap = format!("127.0.0.1:{kport}");
     for fault in [BrokerFault::Down, BrokerFault::Frozen] {
-        let mut broker = start_broker(PORT).await;
+        let mut broker = start_broker(kport).await;
         let topic = format!("obxf{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
         let topics = vec![topic.clone()];
         let mut ck = Checker::new(
@@ -497,7 +497,7 @@ async fn kafka_down_and_frozen() {
                 }
                 // The length of the fault, not a synchronisation.
                 tokio::time::sleep(HOLD).await;
-                broker = start_broker(PORT).await;
+                broker = start_broker(kport).await;
             }
             BrokerFault::Frozen => {
                 signal(&broker.0, "STOP");
@@ -909,7 +909,7 @@ async fn behind_a_pooler_that_drops_the_schema_commands_refuse_to_run() {
     let own = OwnDatabase::create().await;
     let db = TestDb::unmigrated_at(&own.direct_url()).await;
     let bouncer = PgBouncer::start(
-        18345,
+        crate::common::port(18345),
         "obx",
         &own.name,
         "transaction",
@@ -949,7 +949,7 @@ async fn behind_pgbouncer_relay_prune_and_requeue() {
     ))
     .await;
     let bouncer = PgBouncer::start(
-        18346,
+        crate::common::port(18346),
         "obx",
         &own.name,
         pool_mode,
@@ -1069,7 +1069,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
         ))
         .await;
         let bouncer = PgBouncer::start(
-            18700,
+            crate::common::port(18700),
             "obx",
             &own.name,
             "transaction",
@@ -1102,7 +1102,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
     let own = OwnDatabase::create().await;
     let db = TestDb::new_at(&own.direct_url()).await;
     let bouncer = PgBouncer::start(
-        18701,
+        crate::common::port(18701),
         "obx",
         &own.name,
         "transaction",
@@ -1151,7 +1151,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
         &pooled,
         ["lease", "tx"],
         "transaction",
-        Some(18705),
+        Some(crate::common::port(18705)),
     )
     .await;
     watch.abort();
@@ -1210,7 +1210,7 @@ async fn transaction_pooling_splits_a_statement_outside_a_transaction() {
     use sqlx::{ConnectOptions, Connection};
     let own = OwnDatabase::create().await;
     let bouncer = PgBouncer::start(
-        18704,
+        crate::common::port(18704),
         "obx",
         &own.name,
         "transaction",

@@ -172,13 +172,19 @@ pub struct RabbitNode {
     dir: tempfile::TempDir,
 }
 
-const RABBIT_NODE: &str = "faults@localhost";
+/// `faults@localhost`, or `faults<offset>@localhost` under `OUTBOXCTL_TEST_PORT_OFFSET`.
+fn rabbit_node() -> String {
+    match crate::common::port_offset() {
+        0 => "faults@localhost".to_owned(),
+        o => format!("faults{o}@localhost"),
+    }
+}
 
 impl RabbitNode {
     pub fn start(port: u16, dist_port: u16) -> Self {
         // A node left running by an aborted run of this suite (ours by name).
         let _ = Command::new("rabbitmqctl")
-            .args(["-n", RABBIT_NODE, "stop"])
+            .args(["-n", &rabbit_node(), "stop"])
             .output();
         let dir = tempfile::tempdir().unwrap();
         use std::os::unix::fs::PermissionsExt;
@@ -206,7 +212,7 @@ impl RabbitNode {
     pub fn start_again(&self) {
         let ok = Command::new("rabbitmq-server")
             .arg("-detached")
-            .env("RABBITMQ_NODENAME", RABBIT_NODE)
+            .env("RABBITMQ_NODENAME", rabbit_node())
             .env("RABBITMQ_NODE_PORT", self.port.to_string())
             .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
             .env("RABBITMQ_MNESIA_BASE", self.path("mnesia"))
@@ -238,7 +244,7 @@ impl RabbitNode {
 
     pub fn stop(&self) {
         let _ = Command::new("rabbitmqctl")
-            .args(["-n", RABBIT_NODE, "stop"])
+            .args(["-n", &rabbit_node(), "stop"])
             .output();
         wait_port_closed(self.port, Duration::from_secs(60), "rabbitmq-server");
     }
@@ -262,7 +268,7 @@ impl Drop for RabbitNode {
             kill(pid.trim().parse().unwrap_or(0), "CONT");
         }
         let _ = Command::new("rabbitmqctl")
-            .args(["-n", RABBIT_NODE, "stop"])
+            .args(["-n", &rabbit_node(), "stop"])
             .output();
     }
 }
