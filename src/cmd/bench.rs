@@ -291,6 +291,8 @@ async fn sql_ceiling(
             let limit = db::relay::BatchLimit {
                 rows: i64::from(batch),
                 bytes: crate::relay::DEFAULT_BATCH_BYTES as i64,
+                // The relay's usual claim; the bench's events are far below the share.
+                sizing: db::relay::Sizing::Share,
             };
             loop {
                 let got = match mode {
@@ -391,6 +393,7 @@ async fn start_daemon(
             failpoint: None,
         },
         ordering: Default::default(),
+        sizing: Default::default(),
     };
     let settings = DaemonSettings {
         poll_interval: Duration::from_secs(5),

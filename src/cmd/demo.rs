@@ -132,6 +132,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
             failpoint: None,
         },
         ordering: Default::default(),
+        sizing: Default::default(),
     };
     let never = CancellationToken::new();
     say("relay --once: the ready events go to stdout; the delayed one waits");

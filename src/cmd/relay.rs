@@ -99,6 +99,7 @@ pub async fn build(
             failpoint,
         },
         ordering: Default::default(),
+        sizing: Default::default(),
     };
     Ok((relay, cfg))
 }

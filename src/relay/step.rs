@@ -56,6 +56,48 @@ pub struct Relay {
     pub sink: Arc<dyn Sink>,
     pub cfg: RelayConfig,
     pub ordering: OrderingState,
+    /// How the next unordered claim keeps within `--batch-bytes`.
+    pub sizing: NextSizing,
+}
+
+/// Which [`sql::Sizing`] the next claim uses: [`sql::Sizing::Share`] (the cheap one) unless the
+/// last claim met rows larger than the per-row share; then [`sql::Sizing::Running`] until a
+/// running claim takes only rows within the share. Shared by steps in flight at once.
+#[derive(Debug, Default)]
+pub struct NextSizing(std::sync::atomic::AtomicBool);
+
+impl NextSizing {
+    fn get(&self) -> sql::Sizing {
+        if self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            sql::Sizing::Running
+        } else {
+            sql::Sizing::Share
+        }
+    }
+
+    /// Records what a claim made with `limit` found.
+    fn after(&self, limit: sql::BatchLimit, claim: &sql::Claim) {
+        let running = next_sizing(limit, claim) == sql::Sizing::Running;
+        self.0.store(running, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The sizing after a claim made with `limit`: running while large rows are about, by the share
+/// claim's word ([`sql::Claim::left_large`]) or, after a running claim, by the text the relay
+/// received (within a factor of about two of the stored size the share is measured by; this
+/// only picks the cheaper statement, both keep the budget).
+fn next_sizing(limit: sql::BatchLimit, claim: &sql::Claim) -> sql::Sizing {
+    let large = claim.left_large
+        || (limit.sizing == sql::Sizing::Running
+            && claim
+                .rows
+                .iter()
+                .any(|r| (r.payload.len() + r.headers.len()) as i64 > limit.share()));
+    if large {
+        sql::Sizing::Running
+    } else {
+        sql::Sizing::Share
+    }
 }
 
 /// How a claim is made.
@@ -385,6 +427,7 @@ impl Relay {
                 }
                 ClaimMode::Tx => sql::claim_tx(conn, limit).await?,
             };
+            self.sizing.after(limit, &claim);
             return Ok(Claimed {
                 ordered_from: claim.rows.len(),
                 rows: claim.rows,
@@ -399,6 +442,9 @@ impl Relay {
             }
             (ClaimMode::Tx, false) => ordered_sql::claim_unordered_tx(conn, limit).await?,
         };
+        if !ordering.all {
+            self.sizing.after(limit, &unordered);
+        }
         let how = match mode {
             ClaimMode::Lease { token } => ordered_sql::OrderedMode::Lease {
                 lease_micros: i64::try_from(self.cfg.lease.as_micros()).unwrap_or(i64::MAX),
@@ -451,6 +497,7 @@ impl Relay {
         sql::BatchLimit {
             rows,
             bytes: i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX),
+            sizing: self.sizing.get(),
         }
     }
 
@@ -553,4 +600,62 @@ fn dead_event_types(rows: &[ClaimedRow], sorted: &Sorted) -> HashMap<i64, (Strin
         .filter(|r| dead.contains(&r.id))
         .map(|r| (r.id, (r.event_type.clone(), r.attempt_count)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(payload_len: usize) -> ClaimedRow {
+        ClaimedRow {
+            id: 1,
+            tenant_id: Uuid::nil(),
+            aggregate_type: "a".into(),
+            aggregate_id: "1".into(),
+            event_type: "t".into(),
+            payload: "x".repeat(payload_len),
+            headers: "{}".into(),
+            idempotency_key: "k".into(),
+            created_at: chrono::Utc::now(),
+            attempt_count: 1,
+        }
+    }
+
+    fn limit(sizing: sql::Sizing) -> sql::BatchLimit {
+        // A share of 1000 bytes.
+        sql::BatchLimit {
+            rows: 10,
+            bytes: 10_000,
+            sizing,
+        }
+    }
+
+    fn claim(rows: Vec<ClaimedRow>, left_large: bool) -> sql::Claim {
+        sql::Claim {
+            rows,
+            budget_reached: left_large,
+            left_large,
+        }
+    }
+
+    #[test]
+    fn the_running_claim_follows_large_rows_and_the_share_claim_small_ones() {
+        use sql::Sizing::{Running, Share};
+        // A share claim: running next only when it left large rows behind.
+        assert_eq!(
+            next_sizing(limit(Share), &claim(vec![row(10)], false)),
+            Share
+        );
+        assert_eq!(
+            next_sizing(limit(Share), &claim(vec![row(10)], true)),
+            Running
+        );
+        assert_eq!(next_sizing(limit(Share), &claim(vec![], false)), Share);
+        // A running claim: running again while it still takes rows larger than the share.
+        let mixed = vec![row(10), row(2000)];
+        assert_eq!(next_sizing(limit(Running), &claim(mixed, false)), Running);
+        let small = vec![row(10), row(900)];
+        assert_eq!(next_sizing(limit(Running), &claim(small, false)), Share);
+        assert_eq!(next_sizing(limit(Running), &claim(vec![], false)), Share);
+    }
 }

@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use outboxctl::db::relay::{self as sql, BatchLimit};
+use outboxctl::db::relay::{self as sql, BatchLimit, Sizing};
 use sqlx::Connection;
 use uuid::Uuid;
 
@@ -29,9 +29,24 @@ const INCOMPRESSIBLE_100K: &str =
 /// 1 MB of one letter: stored compressed in ~12 KB, 1 MB as text.
 const COMPRESSIBLE_1M: &str = "repeat('x', 1000000)";
 
+/// A claim of the running kind ([`Sizing::Running`]), given back or rolled back.
 async fn claim(db: &TestDb, tx_mode: bool, rows: i64, bytes: i64) -> sql::Claim {
+    claim_sized(db, tx_mode, rows, bytes, Sizing::Running).await
+}
+
+async fn claim_sized(
+    db: &TestDb,
+    tx_mode: bool,
+    rows: i64,
+    bytes: i64,
+    sizing: Sizing,
+) -> sql::Claim {
     let mut c = db.pool.acquire().await.unwrap();
-    let limit = BatchLimit { rows, bytes };
+    let limit = BatchLimit {
+        rows,
+        bytes,
+        sizing,
+    };
     if tx_mode {
         let mut tx = c.begin().await.unwrap();
         let got = sql::claim_tx(&mut tx, limit).await.unwrap();
@@ -116,6 +131,7 @@ async fn a_claim_over_budget_locks_only_about_the_rows_it_takes() {
         BatchLimit {
             rows: 500,
             bytes: 3_500_000,
+            sizing: Sizing::Running,
         },
     )
     .await
@@ -128,6 +144,7 @@ async fn a_claim_over_budget_locks_only_about_the_rows_it_takes() {
         BatchLimit {
             rows: 500,
             bytes: i64::MAX,
+            sizing: Sizing::Running,
         },
     )
     .await
@@ -143,6 +160,106 @@ async fn a_claim_over_budget_locks_only_about_the_rows_it_takes() {
         "a claim of 3 left only {} of 37 rows to another relay",
         others.len()
     );
+}
+
+/// Rows 1-10: small, except row 4 (100 KB of hex, incompressible) and row 8 (1 MB of one letter,
+/// stored compressed in ~12 KB).
+async fn seed_mixed(db: &TestDb) {
+    seed_payloads(
+        db,
+        10,
+        &format!(
+            "CASE g WHEN 4 THEN {INCOMPRESSIBLE_100K} WHEN 8 THEN {COMPRESSIBLE_1M} ELSE 'small' END"
+        ),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_share_claim_takes_the_small_rows_and_leaves_the_large_ones_saying_so() {
+    let db = TestDb::new().await;
+    seed_mixed(&db).await;
+    for tx_mode in [false, true] {
+        // A share of 16 MiB / 500 = 33 KB: row 4 is larger, row 8 is compressed.
+        let got = claim_sized(&db, tx_mode, 500, 16 << 20, Sizing::Share).await;
+        assert_eq!(ids(&got), vec![1, 2, 3, 5, 6, 7, 9, 10], "tx {tx_mode}");
+        assert!(
+            got.left_large && got.budget_reached,
+            "tx {tx_mode}: {got:?}"
+        );
+        // Within the share by construction: rows * share <= bytes.
+        let got = claim_sized(&db, tx_mode, 2, 16 << 20, Sizing::Share).await;
+        assert_eq!(ids(&got), vec![1, 2], "tx {tx_mode}");
+        assert!(
+            !got.left_large && !got.budget_reached,
+            "tx {tx_mode}: {got:?}"
+        );
+        // The running claim the relay makes next takes the large rows in claim order.
+        let got = claim_sized(&db, tx_mode, 500, 16 << 20, Sizing::Running).await;
+        assert_eq!(got.rows.len(), 10, "tx {tx_mode}");
+        assert!(!got.left_large, "tx {tx_mode}");
+    }
+}
+
+#[tokio::test]
+async fn a_share_claim_that_finds_only_large_rows_claims_them_by_running_size() {
+    let db = TestDb::new().await;
+    seed_payloads(&db, 10, INCOMPRESSIBLE_100K).await;
+    for tx_mode in [false, true] {
+        // Nothing within a 700-byte share: the running claim takes 3 rows of 350 KB at once.
+        let got = claim_sized(&db, tx_mode, 500, 350_000, Sizing::Share).await;
+        assert_eq!(ids(&got), vec![1, 2, 3], "tx {tx_mode}");
+        assert!(
+            got.left_large && got.budget_reached,
+            "tx {tx_mode}: {got:?}"
+        );
+    }
+    db.exec("UPDATE outbox SET published_at = now()").await;
+    for tx_mode in [false, true] {
+        let got = claim_sized(&db, tx_mode, 500, 350_000, Sizing::Share).await;
+        assert!(got.rows.is_empty(), "tx {tx_mode}");
+        assert!(
+            !got.left_large && !got.budget_reached,
+            "tx {tx_mode}: {got:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_relay_over_small_rows_with_large_ones_among_them_delivers_each_once() {
+    let db = TestDb::new().await;
+    seed_payloads(
+        &db,
+        300,
+        &format!("CASE WHEN g % 50 = 7 THEN {INCOMPRESSIBLE_100K} WHEN g % 50 = 30 THEN {COMPRESSIBLE_1M} ELSE 'small' END"),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sink.jsonl");
+    for mode in ["lease", "tx"] {
+        db.exec("UPDATE outbox SET published_at = NULL, attempt_count = 0")
+            .await;
+        std::fs::write(&path, "").unwrap();
+        // A share of 1 MiB / 100 = 10 KB: the large rows are claimed by running claims between
+        // share claims, at most ~1 MiB at a time.
+        let out = db
+            .cmd()
+            .args(["relay", "--once", "--mode", mode, "--batch-size", "100"])
+            .args(["--batch-bytes", "1MiB", "--json"])
+            .arg("--sink")
+            .arg(format!("file:{}", path.display()))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{mode}: {}", stderr(&out));
+        let mut got = ids_in_file(&path);
+        got.sort_unstable();
+        assert_eq!(got, (1..=300).collect::<Vec<i64>>(), "{mode}: each once");
+        let attempts: i64 = db
+            .scalar("SELECT max(attempt_count)::bigint FROM outbox")
+            .await;
+        assert_eq!(attempts, 1, "{mode}");
+    }
 }
 
 #[tokio::test]

@@ -643,7 +643,11 @@ async fn the_ordered_claim_keeps_to_the_byte_budget_and_cuts_only_a_keys_tail() 
     for (bytes, expect) in [(3500, 3), (5500, 5), (1, 1), (16 << 20, 12)] {
         use sqlx::Connection;
         let mut tx = c.begin().await.unwrap();
-        let limit = BatchLimit { rows: 100, bytes };
+        let limit = BatchLimit {
+            rows: 100,
+            bytes,
+            sizing: outboxctl::db::relay::Sizing::Running,
+        };
         let got = claim(
             &mut tx,
             &OrderedMode::Tx,
@@ -691,6 +695,7 @@ async fn the_ordered_claim_is_planned_once_per_connection() {
     let limit = BatchLimit {
         rows: 5,
         bytes: 16 << 20,
+        sizing: outboxctl::db::relay::Sizing::Running,
     };
     let named = Ordering {
         all: false,

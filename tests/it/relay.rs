@@ -40,6 +40,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
             failpoint: None,
         },
         ordering: Default::default(),
+        sizing: Default::default(),
     }
 }
 
@@ -48,6 +49,7 @@ fn rows(n: i64) -> sql::BatchLimit {
     sql::BatchLimit {
         rows: n,
         bytes: outboxctl::relay::DEFAULT_BATCH_BYTES as i64,
+        sizing: sql::Sizing::Share,
     }
 }
 
@@ -848,15 +850,23 @@ async fn claims_generic_plans_never_scan_the_table() {
         .execute(&mut *c)
         .await
         .unwrap();
-    let limit = sql::BatchLimit {
+    let limit = |sizing| sql::BatchLimit {
         rows: 100,
         bytes: 16 << 20,
+        sizing,
     };
+    let (share, running) = (limit(sql::Sizing::Share), limit(sql::Sizing::Running));
     for (name, sql, args) in [
-        ("claim_tx", sql::claim_tx_sql(limit), ""),
+        ("claim_tx", sql::claim_tx_sql(share), ""),
         (
             "claim_lease",
-            sql::claim_lease_sql(limit),
+            sql::claim_lease_sql(share),
+            "(30000000, gen_random_uuid())",
+        ),
+        ("claim_tx_running", sql::claim_tx_sql(running), ""),
+        (
+            "claim_lease_running",
+            sql::claim_lease_sql(running),
             "(30000000, gen_random_uuid())",
         ),
     ] {
@@ -886,30 +896,35 @@ async fn claims_are_planned_once_per_connection() {
         .await
         .unwrap();
     let mut c = pool.acquire().await.unwrap();
-    let limit = sql::BatchLimit {
-        rows: 2,
-        bytes: 16 << 20,
-    };
-    for _ in 0..8 {
-        use sqlx::Connection;
-        let mut tx = c.begin().await.unwrap();
-        assert_eq!(sql::claim_tx(&mut tx, limit).await.unwrap().rows.len(), 2);
-        tx.rollback().await.unwrap();
-        let token = Uuid::new_v4();
-        let got = sql::claim_lease(&mut c, limit, Duration::from_secs(30), token)
-            .await
-            .unwrap();
-        assert_eq!(got.rows.len(), 2);
-        let ids: Vec<i64> = got.rows.iter().map(|r| r.id).collect();
-        sql::release(&mut c, &ids, token).await.unwrap();
+    for sizing in [sql::Sizing::Share, sql::Sizing::Running] {
+        let limit = sql::BatchLimit {
+            rows: 2,
+            bytes: 16 << 20,
+            sizing,
+        };
+        for _ in 0..8 {
+            use sqlx::Connection;
+            let mut tx = c.begin().await.unwrap();
+            assert_eq!(sql::claim_tx(&mut tx, limit).await.unwrap().rows.len(), 2);
+            tx.rollback().await.unwrap();
+            let token = Uuid::new_v4();
+            let got = sql::claim_lease(&mut c, limit, Duration::from_secs(30), token)
+                .await
+                .unwrap();
+            assert_eq!(got.rows.len(), 2);
+            let ids: Vec<i64> = got.rows.iter().map(|r| r.id).collect();
+            sql::release(&mut c, &ids, token).await.unwrap();
+        }
     }
-    let plans: Vec<(String, i64, i64)> = sqlx::query_as(
+    let plans: Vec<(String, String, i64, i64)> = sqlx::query_as(
         "SELECT CASE WHEN statement LIKE '%claim_token = $2%' THEN 'lease' ELSE 'tx' END,
+                CASE WHEN statement LIKE '%WITH sized AS MATERIALIZED%' THEN 'running'
+                     ELSE 'share' END,
                 generic_plans, custom_plans
            FROM pg_prepared_statements
-          WHERE statement LIKE '%WITH sized AS MATERIALIZED%'
+          WHERE statement LIKE '%FOR UPDATE SKIP LOCKED%UPDATE outbox o%'
             AND statement NOT LIKE '%pg_prepared_statements%'
-          ORDER BY 1",
+          ORDER BY 1, 2",
     )
     .fetch_all(&mut *c)
     .await
@@ -918,7 +933,12 @@ async fn claims_are_planned_once_per_connection() {
     // generic one (its parameters are the lease and the token, which the plan does not depend on).
     assert_eq!(
         plans,
-        vec![("lease".into(), 3, 5), ("tx".into(), 8, 0)],
+        vec![
+            ("lease".into(), "running".into(), 3, 5),
+            ("lease".into(), "share".into(), 3, 5),
+            ("tx".into(), "running".into(), 8, 0),
+            ("tx".into(), "share".into(), 8, 0)
+        ],
         "generic and custom plans per claim statement"
     );
 }
@@ -932,27 +952,35 @@ async fn a_claim_planned_on_an_empty_table_keeps_its_tid_scan() {
         .await
         .unwrap();
     let mut c = pool.acquire().await.unwrap();
-    let limit = sql::BatchLimit {
-        rows: 1000,
-        bytes: 16 << 20,
-    };
-    sqlx::raw_sql(&format!("PREPARE claim AS {}", sql::claim_tx_sql(limit)))
-        .execute(&mut *c)
-        .await
-        .unwrap();
-    sqlx::raw_sql("BEGIN; EXECUTE claim; ROLLBACK")
-        .execute(&mut *c)
-        .await
-        .unwrap();
+    for (name, sizing) in [
+        ("share", sql::Sizing::Share),
+        ("running", sql::Sizing::Running),
+    ] {
+        let limit = sql::BatchLimit {
+            rows: 1000,
+            bytes: 16 << 20,
+            sizing,
+        };
+        sqlx::raw_sql(&format!("PREPARE {name} AS {}", sql::claim_tx_sql(limit)))
+            .execute(&mut *c)
+            .await
+            .unwrap();
+        sqlx::raw_sql(&format!("BEGIN; EXECUTE {name}; ROLLBACK"))
+            .execute(&mut *c)
+            .await
+            .unwrap();
+    }
     db.seed_ready(5000).await;
-    let plan: Vec<String> = sqlx::query_scalar("EXPLAIN EXECUTE claim")
-        .fetch_all(&mut *c)
-        .await
-        .unwrap();
-    let plan = plan.join("\n");
-    assert!(
-        plan.contains("Tid Scan") && plan.contains("outbox_ready_idx"),
-        "{plan}"
-    );
-    assert!(!plan.contains("Seq Scan"), "{plan}");
+    for name in ["share", "running"] {
+        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE {name}"))
+            .fetch_all(&mut *c)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("Tid Scan") && plan.contains("outbox_ready_idx"),
+            "{name}: {plan}"
+        );
+        assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
+    }
 }
