@@ -162,6 +162,27 @@ async fn a_claim_over_budget_locks_only_about_the_rows_it_takes() {
     );
 }
 
+/// Marks every row pending again, empties the file `path` and runs `relay --once --json` in
+/// `mode` with `args` into it.
+async fn relay_again_to_file(
+    db: &TestDb,
+    mode: &str,
+    path: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    db.exec("UPDATE outbox SET published_at = NULL, attempt_count = 0")
+        .await;
+    std::fs::write(path, "").unwrap();
+    db.cmd()
+        .args(["relay", "--once", "--json", "--mode", mode])
+        .args(args)
+        .arg("--sink")
+        .arg(format!("file:{}", path.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 /// Rows 1-10: small, except row 4 (100 KB of hex, incompressible) and row 8 (1 MB of one letter,
 /// stored compressed in ~12 KB).
 async fn seed_mixed(db: &TestDb) {
@@ -237,20 +258,15 @@ async fn a_relay_over_small_rows_with_large_ones_among_them_delivers_each_once()
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sink.jsonl");
     for mode in ["lease", "tx"] {
-        db.exec("UPDATE outbox SET published_at = NULL, attempt_count = 0")
-            .await;
-        std::fs::write(&path, "").unwrap();
         // A share of 1 MiB / 100 = 10 KB: the large rows are claimed by running claims between
         // share claims, at most ~1 MiB at a time.
-        let out = db
-            .cmd()
-            .args(["relay", "--once", "--mode", mode, "--batch-size", "100"])
-            .args(["--batch-bytes", "1MiB", "--json"])
-            .arg("--sink")
-            .arg(format!("file:{}", path.display()))
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = relay_again_to_file(
+            &db,
+            mode,
+            &path,
+            &["--batch-size", "100", "--batch-bytes", "1MiB"],
+        )
+        .await;
         assert!(out.status.success(), "{mode}: {}", stderr(&out));
         let mut got = ids_in_file(&path);
         got.sort_unstable();
@@ -269,18 +285,7 @@ async fn an_event_larger_than_batch_bytes_is_still_delivered_whole() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sink.jsonl");
     for mode in ["lease", "tx"] {
-        db.exec("UPDATE outbox SET published_at = NULL, attempt_count = 0")
-            .await;
-        std::fs::write(&path, "").unwrap();
-        let out = db
-            .cmd()
-            .args(["relay", "--once", "--mode", mode, "--batch-bytes", "1KiB"])
-            .arg("--sink")
-            .arg(format!("file:{}", path.display()))
-            .args(["--json"])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = relay_again_to_file(&db, mode, &path, &["--batch-bytes", "1KiB"]).await;
         assert!(out.status.success(), "{mode}: {}", stderr(&out));
         let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(summary["published"], 5, "{mode}: {}", stdout(&out));

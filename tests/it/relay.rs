@@ -874,17 +874,22 @@ async fn claims_generic_plans_never_scan_the_table() {
             .execute(&mut *c)
             .await
             .unwrap();
-        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE {name}{args}"))
-            .fetch_all(&mut *c)
-            .await
-            .unwrap();
-        let plan = plan.join("\n");
-        assert!(
-            plan.contains("Tid Scan") && plan.contains("outbox_ready_idx"),
-            "{name}: {plan}"
-        );
-        assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
+        assert_tid_scan_plan(&mut c, name, args).await;
     }
+}
+
+/// `EXPLAIN EXECUTE name args` reaches the rows by `outbox_ready_idx` and a TID scan, no Seq Scan.
+async fn assert_tid_scan_plan(c: &mut sqlx::PgConnection, name: &str, args: &str) {
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE {name}{args}"))
+        .fetch_all(c)
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Tid Scan") && plan.contains("outbox_ready_idx"),
+        "{name}: {plan}"
+    );
+    assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
 }
 
 #[tokio::test]
@@ -972,15 +977,6 @@ async fn a_claim_planned_on_an_empty_table_keeps_its_tid_scan() {
     }
     db.seed_ready(5000).await;
     for name in ["share", "running"] {
-        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE {name}"))
-            .fetch_all(&mut *c)
-            .await
-            .unwrap();
-        let plan = plan.join("\n");
-        assert!(
-            plan.contains("Tid Scan") && plan.contains("outbox_ready_idx"),
-            "{name}: {plan}"
-        );
-        assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
+        assert_tid_scan_plan(&mut c, name, "").await;
     }
 }
