@@ -8,7 +8,8 @@
 #   RabbitMQ  pika publisher with confirms                        bench/raw_clients.py amqp
 # The relay's figure includes its PostgreSQL claim and settle; the raw clients' do not.
 #   bench/sinks.sh [N=50000] [SINKS="kafka nats redis amqp"]
-# MODES="auto tx lease" adds a relay row per --mode (default: auto only). The binary is
+# MODES="auto tx lease" adds a relay row per --mode (default: auto only; auto is tx for Kafka and
+# Redis, lease for NATS and RabbitMQ). The binary is
 # ${CARGO_TARGET_DIR:-target}/release/outboxctl, built first; or OUTBOXCTL_BIN, used as it is
 # (build.rs reruns whenever any ref of the repository moves, so a shared checkout's release
 # build is often stale for reasons that do not touch the code).
@@ -52,19 +53,22 @@ drain() {
   seed "$N"
   local s e
   s=$(date +%s.%N)
-  $BIN relay --schema $S --once --mode "$2" --batch-size 1000 --sink "$1" >/dev/null
+  local summary
+  summary=$($BIN relay --schema $S --once --mode "$2" --batch-size 1000 --sink "$1" --json)
   e=$(date +%s.%N)
   local left
   left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
   [ "$left" = 0 ] || { echo "relay left $left events unpublished ($1)" >&2; exit 1; }
-  python3 -c "print(round($N / ($e - $s)))"
+  # events/s and the mode the relay ran in (what `auto` resolved to).
+  python3 -c "import json,sys; print(round($N / ($e - $s)), json.loads(sys.argv[1])['mode'])" "$summary"
 }
 row() { python3 -c "print(f'| $1 | $2 | {$3:,} | {$4:,} | {$3 / $4:.2f}x |')"; }
 # One relay row per mode of MODES against the raw client's figure $2 (sink spec $1, label $3).
 relay_rows() {
-  local mode relay
+  local mode relay ran
   for mode in $MODES; do
-    relay=$(drain "$1" "$mode")
+    read -r relay ran < <(drain "$1" "$mode")
+    [ "$mode" = auto ] && mode="auto ($ran)"
     row "$3" "$mode" "$relay" "$2"
   done
 }

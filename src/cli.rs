@@ -338,8 +338,10 @@ pub struct RelayArgs {
 
     /// How claims are settled. `lease`: claim commits a lease, publish runs outside any
     /// transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and
-    /// mark in one short transaction (fast local sinks; fewer writes per event). `auto`: tx for
-    /// stdout, file and null, lease otherwise.
+    /// mark in one transaction that stays open during the publish (fewer writes per event).
+    /// `auto`: tx for stdout, file, null, Redis and Kafka (a batch is published within one
+    /// --publish-timeout), lease for HTTP, NATS and RabbitMQ (a publish per event: a slow sink
+    /// would keep the transaction open up to the lease).
     #[arg(long, env = "OUTBOXCTL_MODE", value_enum, default_value_t = RelayMode::Auto)]
     pub mode: RelayMode,
 

@@ -356,7 +356,7 @@ impl Sink for ArrivalSink {
         }
         vec![Outcome::Published; events.len()]
     }
-    fn is_local(&self) -> bool {
+    fn batch_within_one_timeout(&self) -> bool {
         true
     }
     fn describe(&self) -> String {

@@ -73,7 +73,7 @@ pub async fn build(
     let mode = match args.mode {
         RelayMode::Lease => Mode::Lease,
         RelayMode::Tx => Mode::Tx,
-        RelayMode::Auto if sink.is_local() => Mode::Tx,
+        RelayMode::Auto if sink.batch_within_one_timeout() => Mode::Tx,
         RelayMode::Auto => Mode::Lease,
     };
     let failpoint = env("OUTBOXCTL_TEST_FAILPOINT").and_then(|s| Failpoint::parse(&s));

@@ -84,7 +84,7 @@ impl Sink for FileSink {
         vec![outcome; events.len()]
     }
 
-    fn is_local(&self) -> bool {
+    fn batch_within_one_timeout(&self) -> bool {
         true
     }
 

@@ -608,6 +608,12 @@ impl Sink for KafkaSink {
         outcomes
     }
 
+    /// The whole batch is handed to the producer and its reports awaited against one deadline,
+    /// `--publish-timeout` after the start.
+    fn batch_within_one_timeout(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> String {
         self.display.clone()
     }

@@ -16,7 +16,7 @@ impl Sink for NullSink {
         vec![Outcome::Published; events.len()]
     }
 
-    fn is_local(&self) -> bool {
+    fn batch_within_one_timeout(&self) -> bool {
         true
     }
 
@@ -71,7 +71,7 @@ impl Sink for MemorySink {
             .collect()
     }
 
-    fn is_local(&self) -> bool {
+    fn batch_within_one_timeout(&self) -> bool {
         true
     }
 

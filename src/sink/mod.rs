@@ -158,9 +158,13 @@ pub trait Sink: Send + Sync {
     /// before every started publish has finished, failed, timed out or been abandoned.
     async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome>;
 
-    /// Whether the sink is local and synchronous (stdout, file, null), so claim, publish and mark
-    /// can share one short transaction (`--mode auto` picks `tx` for these).
-    fn is_local(&self) -> bool {
+    /// Whether a whole batch is published within one `--publish-timeout`, however slow the sink:
+    /// a local write (stdout, file, null), one pipelined round trip (Redis), one producer flush
+    /// awaited against one deadline (Kafka). Not a publish per event with `--concurrency` in
+    /// flight (NATS, RabbitMQ, HTTP): a slow sink stretches that batch to the lease. `--mode
+    /// auto` picks `tx` for these sinks, so the claim's transaction stays open for at most one
+    /// publish timeout per batch (measured: bench/tx-slow.sh, README "Broker sinks").
+    fn batch_within_one_timeout(&self) -> bool {
         false
     }
 

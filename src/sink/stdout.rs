@@ -63,7 +63,7 @@ impl Sink for StdoutSink {
         vec![outcome; events.len()]
     }
 
-    fn is_local(&self) -> bool {
+    fn batch_within_one_timeout(&self) -> bool {
         true
     }
 

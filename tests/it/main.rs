@@ -22,6 +22,7 @@ mod memory;
 mod metrics;
 mod migrate;
 mod nats_sink;
+mod net_delay;
 mod ordering;
 mod outage;
 mod pg_cluster;

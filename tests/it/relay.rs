@@ -980,3 +980,96 @@ async fn a_claim_planned_on_an_empty_table_keeps_its_tid_scan() {
         assert_tid_scan_plan(&mut c, name, "").await;
     }
 }
+
+/// `--mode auto` per sink, judged by the rows: a tx-mode claim marks the row published in its own
+/// transaction and never writes a `claim_token`; a lease claim always does. Tx for the sinks that
+/// publish a whole batch within one `--publish-timeout` (file, null, Redis, Kafka), lease for
+/// those that publish event by event (HTTP, NATS, RabbitMQ), where a slow sink would keep the
+/// transaction open up to the lease (README, "Broker sinks against their raw clients").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_mode_picks_tx_for_sinks_that_publish_a_batch_within_one_timeout() {
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
+    // NATS: a stream for the subjects; RabbitMQ: a queue.
+    let js = async_nats::jetstream::new(
+        async_nats::connect("127.0.0.1:4222")
+            .await
+            .expect("nats-server on 127.0.0.1:4222"),
+    );
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: format!("AUTO{tag}").to_uppercase(),
+        subjects: vec![format!("auto{tag}.>")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let amqp = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    let conn = lapin::Connection::connect(amqp, lapin::ConnectionProperties::default())
+        .await
+        .expect("rabbitmq on 127.0.0.1:5672");
+    let ch = conn.create_channel().await.unwrap();
+    let queue = format!("obx-auto-{tag}");
+    ch.queue_declare(
+        queue.as_str().into(),
+        lapin::options::QueueDeclareOptions::default(),
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let http = crate::http_server::TestServer::start(0, |_| (200, vec![]));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("auto.jsonl");
+    let cases = [
+        ("null".to_owned(), "tx"),
+        (format!("file:{}", file.display()), "tx"),
+        (
+            format!("redis://127.0.0.1:6379/0?stream=obx-auto-{tag}"),
+            "tx",
+        ),
+        (format!("kafka://127.0.0.1:9092?topic=obx-auto-{tag}"), "tx"),
+        (http.url(), "lease"),
+        (
+            format!("nats://127.0.0.1:4222?subject=auto{tag}.{{event_type}}"),
+            "lease",
+        ),
+        (format!("{amqp}?routing_key={queue}"), "lease"),
+    ];
+    for (sink, expected) in cases {
+        let db = TestDb::new().await;
+        db.seed_ready(12).await;
+        let mut cmd = db.cmd();
+        cmd.args(["relay", "--once", "--json", "--sink", &sink]);
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{sink}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["published"], 12, "{sink}: {v}");
+        let (published, tokens, first_attempts): (i64, i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE published_at IS NOT NULL), count(claim_token),
+                    count(*) FILTER (WHERE attempt_count = 1)
+               FROM outbox",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        let mode = if tokens == 0 { "tx" } else { "lease" };
+        assert_eq!(
+            (published, first_attempts, mode),
+            (12, 12, expected),
+            "{sink}: {tokens} rows with a claim token"
+        );
+        assert_eq!(v["mode"], expected, "{sink}: the summary's mode");
+    }
+    let _ = js.delete_stream(format!("AUTO{tag}").to_uppercase()).await;
+    let _ = ch
+        .queue_delete(queue.as_str().into(), Default::default())
+        .await;
+    let mut r = redis::Client::open("redis://127.0.0.1:6379/0")
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("obx-auto-{tag}"))
+        .query(&mut r)
+        .unwrap();
+}

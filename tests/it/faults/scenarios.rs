@@ -5,7 +5,7 @@
 //! - `pg_terminate_backend` of every relay backend, repeatedly (lease, tx);
 //! - PostgreSQL restart during a drain, on a cluster of the suite's own (lease, tx);
 //! - NATS, Redis, RabbitMQ (own instances) down and back up, and frozen with SIGSTOP for longer
-//!   than `--publish-timeout`, and Kafka (Tansu) the same;
+//!   than `--publish-timeout`, and Kafka (Tansu) the same, each in lease and in tx mode;
 //! - the HTTP consumer slow, resetting connections, closing after the body;
 //! - PgBouncer in session and in transaction pooling mode;
 //! - `prune` in a loop and `requeue` while relays run;
@@ -204,20 +204,53 @@ const BROKER_BATCH: usize = 50;
 /// Publishes that can time out while a broker is frozen for [`HOLD`], per relay: its batch, then
 /// one probe per `--publish-timeout` (1 s). A frozen broker may still take each of them when it
 /// thaws, after the relay gave the rows back: the duplicates bound of a frozen or stopped broker
-/// without dedup.
+/// without dedup. The same in both modes: in `lease` mode those rows are released, in `tx` mode
+/// the claim that marked them is rolled back (one batch per relay, then each probe's), and either
+/// way they are published again although the broker may hold them already.
 const BROKER_BOUND: usize = BROKER_RELAYS * (BROKER_BATCH + HOLD.as_secs() as usize + 1);
 
-/// Runs one broker scenario: relays to `sink`, the fault applied with `stop`/`start` (down) or
+/// Every broker scenario's runs: each fault in each of [`BROKER_MODES`].
+fn broker_runs() -> impl Iterator<Item = (BrokerFault, &'static str)> {
+    [BrokerFault::Down, BrokerFault::Frozen]
+        .into_iter()
+        .flat_map(|f| BROKER_MODES.map(|m| (f, m)))
+}
+
+/// The modes every broker scenario runs in: `lease`, and `tx` (what `--mode auto` picks for the
+/// broker sinks).
+const BROKER_MODES: [&str; 2] = ["lease", "tx"];
+
+/// Asserts that the relays ran in `mode`, from the rows: a lease claim stamps a `claim_token`,
+/// a tx-mode claim never does (it marks the row published in the claim's own transaction).
+async fn assert_claimed_in(db: &TestDb, mode: &str) {
+    let (published, with_token): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(claim_token) FROM outbox WHERE published_at IS NOT NULL",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(published > 0, "nothing was published");
+    match mode {
+        "tx" => assert_eq!(with_token, 0, "a tx-mode relay wrote a claim token"),
+        _ => assert_eq!(
+            with_token, published,
+            "a lease-mode relay left a row without a claim token"
+        ),
+    }
+}
+
+/// Runs one broker scenario: relays in `mode` to `sink`, the fault applied with `stop`/`start` (down) or
 /// `freeze`/`thaw` (frozen) during the drain; returns the checker and the fault's end.
 async fn broker_drain(
     ck: &mut Checker,
+    mode: &str,
     load: &Load,
     sink: &str,
     mut begin: impl FnMut(),
     mut finish: impl FnMut(),
 ) -> (Relays, Duration) {
     let mut relays = Relays::spawn(BROKER_RELAYS, |_| {
-        relay_cmd(&ck.db, "lease", sink, BROKER_BATCH, "1s")
+        relay_cmd(&ck.db, mode, sink, BROKER_BATCH, "1s")
     });
     let producers = ck.produce(load);
     ck.wait_progress(load.events / 4).await;
@@ -231,6 +264,7 @@ async fn broker_drain(
     producers.await.unwrap();
     relays.assert_running();
     relays.stop();
+    assert_claimed_in(&ck.db, mode).await;
     (relays, recovery)
 }
 
@@ -259,7 +293,7 @@ async fn jetstream_messages(port: u16, stream: &str) -> Vec<Vec<u8>> {
 async fn nats_down_and_frozen() {
     let port = crate::common::port(18341);
     let mut nats = ChildServer::nats(port);
-    for fault in [BrokerFault::Down, BrokerFault::Frozen] {
+    for (fault, mode) in broker_runs() {
         let prefix = format!("f{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
         let js = async_nats::jetstream::new(
             async_nats::connect(format!("127.0.0.1:{port}"))
@@ -276,7 +310,7 @@ async fn nats_down_and_frozen() {
         drop(js);
         let mut ck = Checker::new(
             TestDb::new().await,
-            &format!("NATS {fault:?}").to_lowercase(),
+            &format!("NATS {fault:?} ({mode})").to_lowercase(),
         );
         // Poison: larger than the server's max_payload (8 KiB), refused for good.
         let mut load = Load::new().poison(97);
@@ -285,6 +319,7 @@ async fn nats_down_and_frozen() {
         let nats_ref = std::cell::RefCell::new(&mut nats);
         let (relays, recovery) = broker_drain(
             &mut ck,
+            mode,
             &load,
             &sink,
             || match fault {
@@ -317,17 +352,18 @@ async fn nats_down_and_frozen() {
 async fn redis_down_and_frozen() {
     let port = crate::common::port(18342);
     let mut redis_server = ChildServer::redis(port);
-    for fault in [BrokerFault::Down, BrokerFault::Frozen] {
+    for (fault, mode) in broker_runs() {
         let stream = format!("faults-{}", uuid::Uuid::new_v4().simple());
         let mut ck = Checker::new(
             TestDb::new().await,
-            &format!("Redis {fault:?}").to_lowercase(),
+            &format!("Redis {fault:?} ({mode})").to_lowercase(),
         );
         let load = Load::new();
         let sink = format!("redis://127.0.0.1:{port}/0?stream={stream}");
         let server = std::cell::RefCell::new(&mut redis_server);
         let (relays, recovery) = broker_drain(
             &mut ck,
+            mode,
             &load,
             &sink,
             || match fault {
@@ -398,7 +434,7 @@ async fn amqp_messages(url: &str, queue: &str) -> Vec<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_down_and_frozen() {
     let node = RabbitNode::start(crate::common::port(18343), crate::common::port(18344));
-    for fault in [BrokerFault::Down, BrokerFault::Frozen] {
+    for (fault, mode) in broker_runs() {
         let queue = format!("faults-{}", uuid::Uuid::new_v4().simple());
         {
             use lapin::options::QueueDeclareOptions;
@@ -421,12 +457,13 @@ async fn rabbitmq_down_and_frozen() {
         }
         let mut ck = Checker::new(
             TestDb::new().await,
-            &format!("RabbitMQ {fault:?}").to_lowercase(),
+            &format!("RabbitMQ {fault:?} ({mode})").to_lowercase(),
         );
         let load = Load::new();
         let sink = format!("{}?routing_key={queue}", node.url());
         let (relays, recovery) = broker_drain(
             &mut ck,
+            mode,
             &load,
             &sink,
             || match fault {
@@ -464,18 +501,18 @@ async fn kafka_down_and_frozen() {
     use crate::kafka_sink::{read_all, start_broker};
     let kport: u16 = crate::common::port(18703);
     let bootstrap = format!("127.0.0.1:{kport}");
-    for fault in [BrokerFault::Down, BrokerFault::Frozen] {
+    for (fault, mode) in broker_runs() {
         let mut broker = start_broker(kport).await;
         let topic = format!("obxf{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
         let topics = vec![topic.clone()];
         let mut ck = Checker::new(
             TestDb::new().await,
-            &format!("Kafka {fault:?}").to_lowercase(),
+            &format!("Kafka {fault:?} ({mode})").to_lowercase(),
         );
         let load = Load::new();
         let sink = format!("kafka://{bootstrap}?topic={topic}");
         let mut relays = Relays::spawn(BROKER_RELAYS, |_| {
-            relay_cmd(&ck.db, "lease", &sink, BROKER_BATCH, "1s")
+            relay_cmd(&ck.db, mode, &sink, BROKER_BATCH, "1s")
         });
         let producers = ck.produce(&load);
         ck.wait_progress(load.events / 4).await;
@@ -510,6 +547,7 @@ async fn kafka_down_and_frozen() {
         producers.await.unwrap();
         relays.assert_running();
         relays.stop();
+        assert_claimed_in(&ck.db, mode).await;
         let held: std::collections::HashSet<Vec<u8>> =
             first.iter().map(|r| r.value.clone()).collect();
         let second = read_all(&bootstrap, &topics, load.events.saturating_sub(held.len()));
