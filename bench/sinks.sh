@@ -8,7 +8,10 @@
 #   RabbitMQ  pika publisher with confirms                        bench/raw_clients.py amqp
 # The relay's figure includes its PostgreSQL claim and settle; the raw clients' do not.
 #   bench/sinks.sh [N=50000] [SINKS="kafka nats redis amqp"]
-# MODES="auto tx lease" adds a relay row per --mode (default: auto only). The binary is
+# MODES="auto tx lease" adds a relay row per --mode (default: auto only); DEPTHS="1 2" a row per
+# --pipeline-depth within each mode, run one after the other (default: the binary's default).
+# NAME (default benchsinks) names the schema, topics, stream, subjects and queue, so two runs
+# beside each other do not collide. The binary is
 # ${CARGO_TARGET_DIR:-target}/release/outboxctl, built first; or OUTBOXCTL_BIN, used as it is
 # (build.rs reruns whenever any ref of the repository moves, so a shared checkout's release
 # build is often stale for reasons that do not touch the code).
@@ -19,8 +22,11 @@ N=${1:-50000}
 SINKS=${2:-kafka nats redis amqp}
 : "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
 export DATABASE_URL
-S=bench_sinks
+NAME=${NAME:-benchsinks}
+S=bench_$NAME
+NATS_STREAM=$(echo "$NAME" | tr '[:lower:]' '[:upper:]')
 MODES=${MODES:-auto}
+DEPTHS=${DEPTHS:-}
 BIN=${OUTBOXCTL_BIN:-${CARGO_TARGET_DIR:-target}/release/outboxctl}
 RAW="python3 bench/raw_clients.py"
 RUN=$(date +%s)
@@ -28,9 +34,9 @@ RUN=$(date +%s)
 q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 cleanup() {
   q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true
-  $RAW nats-teardown nats://127.0.0.1:4222 BENCHSINKS >/dev/null 2>&1 || true
-  $RAW amqp-teardown benchsinks >/dev/null 2>&1 || true
-  redis-cli -p 6379 DEL benchsinks.relay benchsinks.raw >/dev/null 2>&1 || true
+  $RAW nats-teardown nats://127.0.0.1:4222 "$NATS_STREAM" >/dev/null 2>&1 || true
+  $RAW amqp-teardown "$NAME" >/dev/null 2>&1 || true
+  redis-cli -p 6379 DEL "$NAME.relay" "$NAME.raw" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
@@ -52,7 +58,8 @@ drain() {
   seed "$N"
   local s e
   s=$(date +%s.%N)
-  $BIN relay --schema $S --once --mode "$2" --batch-size 1000 --sink "$1" >/dev/null
+  # shellcheck disable=SC2086 # $3: optional extra flags, split on purpose
+  $BIN relay --schema $S --once --mode "$2" --batch-size 1000 --sink "$1" ${3:-} >/dev/null
   e=$(date +%s.%N)
   local left
   left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
@@ -62,10 +69,17 @@ drain() {
 row() { python3 -c "print(f'| $1 | $2 | {$3:,} | {$4:,} | {$3 / $4:.2f}x |')"; }
 # One relay row per mode of MODES against the raw client's figure $2 (sink spec $1, label $3).
 relay_rows() {
-  local mode relay
+  local mode relay depth
   for mode in $MODES; do
-    relay=$(drain "$1" "$mode")
-    row "$3" "$mode" "$relay" "$2"
+    if [ -z "$DEPTHS" ]; then
+      relay=$(drain "$1" "$mode")
+      row "$3" "$mode" "$relay" "$2"
+      continue
+    fi
+    for depth in $DEPTHS; do
+      relay=$(drain "$1" "$mode" "--pipeline-depth $depth")
+      row "$3" "$mode --pipeline-depth $depth" "$relay" "$2"
+    done
   done
 }
 echo "$(date -u +%FT%TZ) N=$N events of $SIZE bytes; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -74,25 +88,25 @@ echo "|---|---|---|---|---|"
 for sink in $SINKS; do
   case $sink in
   kafka)
-    raw=$($RAW kafka 127.0.0.1:9092 "benchsinks.raw.$RUN" "$N" "$SIZE")
-    relay_rows "kafka://127.0.0.1:9092?topic=benchsinks.relay.$RUN" "$raw" \
+    raw=$($RAW kafka 127.0.0.1:9092 "$NAME.raw.$RUN" "$N" "$SIZE")
+    relay_rows "kafka://127.0.0.1:9092?topic=$NAME.relay.$RUN" "$raw" \
       "Kafka (Tansu), vs confluent-kafka idempotent producer" ;;
   nats)
-    $RAW nats-setup nats://127.0.0.1:4222 BENCHSINKS 'benchsinks.>'
-    raw=$($RAW nats nats://127.0.0.1:4222 benchsinks.raw "$N" "$SIZE")
-    relay_rows "nats://127.0.0.1:4222?subject=benchsinks.relay" "$raw" \
+    $RAW nats-setup nats://127.0.0.1:4222 "$NATS_STREAM" "$NAME.>"
+    raw=$($RAW nats nats://127.0.0.1:4222 "$NAME.raw" "$N" "$SIZE")
+    relay_rows "nats://127.0.0.1:4222?subject=$NAME.relay" "$raw" \
       "NATS JetStream, vs nats-py async publisher" ;;
   redis)
     value=$(head -c "$SIZE" /dev/zero | tr '\0' x)
-    raw=$(redis-benchmark -p 6379 -q -n "$N" -P 100 XADD benchsinks.raw '*' event "$value" \
+    raw=$(redis-benchmark -p 6379 -q -n "$N" -P 100 XADD "$NAME.raw" '*' event "$value" \
       | tr '\r' '\n' | grep -oE '[0-9.]+ requests per second' | tail -n1 | cut -d' ' -f1)
     raw=${raw%.*}
-    relay_rows "redis://127.0.0.1:6379?stream=benchsinks.relay" "$raw" \
+    relay_rows "redis://127.0.0.1:6379?stream=$NAME.relay" "$raw" \
       "Redis Streams, vs redis-benchmark XADD -P 100" ;;
   amqp)
-    $RAW amqp-setup benchsinks
-    raw=$($RAW amqp benchsinks "$N" "$SIZE")
-    relay_rows "amqp://guest:guest@127.0.0.1:5672/%2f?routing_key=benchsinks" "$raw" \
+    $RAW amqp-setup "$NAME"
+    raw=$($RAW amqp "$NAME" "$N" "$SIZE")
+    relay_rows "amqp://guest:guest@127.0.0.1:5672/%2f?routing_key=$NAME" "$raw" \
       "RabbitMQ, vs pika with confirms" ;;
   esac
 done

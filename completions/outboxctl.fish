@@ -103,6 +103,7 @@ tx\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l batch-size -d 'Rows claimed per batch' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l batch-bytes -d 'Bytes claimed per batch, at most (payload and headers, e.g. 16MiB, 512KiB): a batch stops at --batch-size rows or at this many bytes, whichever comes first, so the relay\'s memory stays within a small multiple of it. An event larger than this is claimed alone' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l concurrency -d 'Publishes in flight at once within a batch' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l pipeline-depth -d 'Batches in flight at once (1-4): the next batch is claimed while the previous one publishes, when that one\'s claim came back full. 1 claims, publishes and settles one batch after another. A relay killed mid-batch re-sends at most this many batches' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l lease -d 'How long a claim is held before another relay may take the row' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l publish-timeout -d 'Timeout of one publish (a stdout or file write too); must be shorter than --lease [default: half the lease]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l max-attempts -d 'Attempts before a row is dead-lettered. A sink outage (the sink took no event of a batch) counts none: the rows are given back untouched' -r

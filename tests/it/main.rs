@@ -25,6 +25,7 @@ mod nats_sink;
 mod ordering;
 mod outage;
 mod pg_cluster;
+mod pipeline;
 mod pipes;
 mod prune;
 mod publish;
