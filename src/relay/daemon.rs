@@ -107,9 +107,9 @@ pub async fn once(
             more = true;
             continue;
         };
-        note_claim(&next, &pipe, &mut more, &mut recheck);
+        note_claim(&next, &mut more, &mut recheck);
         match next {
-            Next::Claimed(_) => {}
+            Next::Claimed(..) => {}
             Next::Done(step, _, Ok(r)) => {
                 failing = None;
                 error_backoff.reset();
@@ -156,17 +156,16 @@ pub async fn once(
 
 /// Takes in a claim's notice (also the one that comes with its step's end: a step that claimed
 /// nothing may end in the same poll as its claim). A short claim means nothing more is ready,
-/// unless other steps were in flight beside it: they may hold rows it had to skip (an ordered
+/// unless it was started beside other steps: they may have held rows it had to skip (an ordered
 /// key's head, claimed by the step before), so `recheck` asks for one more claim after them.
-fn note_claim(next: &Next, pipe: &Pipeline<'_>, more: &mut bool, recheck: &mut bool) {
-    let (n, others) = match next {
-        Next::Claimed(n) => (n, pipe.len().saturating_sub(1)),
-        Next::Done(_, Some(n), _) => (n, pipe.len()),
+fn note_claim(next: &Next, more: &mut bool, recheck: &mut bool) {
+    let (step, n) = match next {
+        Next::Claimed(step, n) | Next::Done(step, Some(n), _) => (step, n),
         Next::Done(_, None, _) => return,
     };
     if !n.full {
         *more = false;
-        if others > 0 {
+        if step.beside {
             *recheck = true;
         }
     }
@@ -392,13 +391,13 @@ pub async fn daemon(
         // A short claim: wait for work. (A step that claimed nothing may end in the same poll as
         // its claim, so its notice comes with its end; a full one told nothing new there.)
         match &next {
-            Next::Claimed(n) => claimed_none = n.rows == 0,
+            Next::Claimed(_, n) => claimed_none = n.rows == 0,
             Next::Done(_, Some(n), _) if !n.full => claimed_none = n.rows == 0,
             Next::Done(..) => {}
         }
-        note_claim(&next, &pipe, &mut more, &mut recheck);
+        note_claim(&next, &mut more, &mut recheck);
         match next {
-            Next::Claimed(_) => {}
+            Next::Claimed(..) => {}
             Next::Done(step, _, Ok(r)) => {
                 error_backoff.reset();
                 emit_all(&r);

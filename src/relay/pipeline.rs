@@ -30,12 +30,15 @@ pub struct Started {
     pub at: Instant,
     /// Started while the sink's circuit was open: only a probe may close it.
     pub probe: bool,
+    /// Started while other steps were in flight: a short claim of its own may only mean that
+    /// they held the rows (locked, or an ordered key's head) when it ran.
+    pub beside: bool,
 }
 
 /// What [`Pipeline::next`] saw.
 pub enum Next {
     /// A step's claim returned; its batch is being published.
-    Claimed(ClaimNotice),
+    Claimed(Started, ClaimNotice),
     /// A step ended (published and settled, or failed), with what its claim took when the claim
     /// returned (a step that claims nothing ends at once: its notice may come only here).
     Done(Started, Option<ClaimNotice>, Result<Report, StepError>),
@@ -103,12 +106,14 @@ impl<'a> Pipeline<'a> {
     pub fn start(&mut self, limit: u32, probe: bool) {
         let id = self.next_id;
         self.next_id += 1;
+        let beside = !self.slots.is_empty();
         self.slots.push(Slot {
             id,
             started: Started {
                 limit,
                 at: Instant::now(),
                 probe,
+                beside,
             },
             claim: None,
         });
@@ -133,10 +138,9 @@ impl<'a> Pipeline<'a> {
         tokio::select! {
             biased;
             Some((id, n)) = self.notices.recv() => {
-                if let Some(s) = self.slots.iter_mut().find(|s| s.id == id) {
-                    s.claim = Some(n);
-                }
-                Some(Next::Claimed(n))
+                let slot = self.slots.iter_mut().find(|s| s.id == id)?;
+                slot.claim = Some(n);
+                Some(Next::Claimed(slot.started, n))
             }
             Some((id, r)) = self.running.next() => {
                 // Its notice, if sent, was sent before it ended: take it first.
