@@ -7,9 +7,14 @@
 #   Redis     redis-benchmark XADD, pipelined (-P 100)
 #   RabbitMQ  pika publisher with confirms                        bench/raw_clients.py amqp
 # The relay's figure includes its PostgreSQL claim and settle; the raw clients' do not.
-#   bench/sinks.sh [N=50000] [SINKS="kafka nats redis amqp"]
+#   bench/sinks.sh [N=50000] [SINKS="null kafka nats redis amqp"]
+# SINKS may also name `null`: the relay's drain to the null sink in `tx` and `lease` mode (and
+# MODES' others), against tx mode's own figure: the ceiling every broker sink's path is bounded by.
 # MODES="auto tx lease" adds a relay row per --mode (default: auto only; auto is tx for Kafka and
-# Redis, lease for NATS and RabbitMQ). The binary is
+# Redis, lease for NATS and RabbitMQ); DEPTHS="1 2" a row per
+# --pipeline-depth within each mode, run one after the other (default: the binary's default).
+# NAME (default benchsinks) names the schema, topics, stream, subjects and queue, so two runs
+# beside each other do not collide. The binary is
 # ${CARGO_TARGET_DIR:-target}/release/outboxctl, built first; or OUTBOXCTL_BIN, used as it is
 # (build.rs reruns whenever any ref of the repository moves, so a shared checkout's release
 # build is often stale for reasons that do not touch the code).
@@ -17,11 +22,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-50000}
-SINKS=${2:-kafka nats redis amqp}
+SINKS=${2:-null kafka nats redis amqp}
 : "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
 export DATABASE_URL
-S=bench_sinks
+NAME=${NAME:-benchsinks}
+S=bench_$NAME
+NATS_STREAM=$(echo "$NAME" | tr '[:lower:]' '[:upper:]')
 MODES=${MODES:-auto}
+DEPTHS=${DEPTHS:-}
 BIN=${OUTBOXCTL_BIN:-${CARGO_TARGET_DIR:-target}/release/outboxctl}
 RAW="python3 bench/raw_clients.py"
 RUN=$(date +%s)
@@ -29,9 +37,9 @@ RUN=$(date +%s)
 q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 cleanup() {
   q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true
-  $RAW nats-teardown nats://127.0.0.1:4222 BENCHSINKS >/dev/null 2>&1 || true
-  $RAW amqp-teardown benchsinks >/dev/null 2>&1 || true
-  redis-cli -p 6379 DEL benchsinks.relay benchsinks.raw >/dev/null 2>&1 || true
+  $RAW nats-teardown nats://127.0.0.1:4222 "$NATS_STREAM" >/dev/null 2>&1 || true
+  $RAW amqp-teardown "$NAME" >/dev/null 2>&1 || true
+  redis-cli -p 6379 DEL "$NAME.relay" "$NAME.raw" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
@@ -54,7 +62,8 @@ drain() {
   local s e
   s=$(date +%s.%N)
   local summary
-  summary=$($BIN relay --schema $S --once --mode "$2" --batch-size 1000 --sink "$1" --json)
+  # shellcheck disable=SC2086 # $3: optional extra flags, split on purpose
+  summary=$($BIN relay --schema $S --once --mode "$2" --batch-size 1000 --sink "$1" ${3:-} --json)
   e=$(date +%s.%N)
   local left
   left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
@@ -65,11 +74,19 @@ drain() {
 row() { python3 -c "print(f'| $1 | $2 | {$3:,} | {$4:,} | {$3 / $4:.2f}x |')"; }
 # One relay row per mode of MODES against the raw client's figure $2 (sink spec $1, label $3).
 relay_rows() {
-  local mode relay ran
-  for mode in $MODES; do
-    read -r relay ran < <(drain "$1" "$mode")
-    [ "$mode" = auto ] && mode="auto ($ran)"
-    row "$3" "$mode" "$relay" "$2"
+  local mode relay depth ran label
+  for mode in ${4:-$MODES}; do
+    for depth in ${DEPTHS:-default}; do
+      if [ "$depth" = default ]; then
+        read -r relay ran < <(drain "$1" "$mode")
+        label=$mode
+      else
+        read -r relay ran < <(drain "$1" "$mode" "--pipeline-depth $depth")
+        label="$mode --pipeline-depth $depth"
+      fi
+      [ "$mode" = auto ] && label="${label/auto/auto ($ran)}"
+      row "$3" "$label" "$relay" "$2"
+    done
   done
 }
 echo "$(date -u +%FT%TZ) N=$N events of $SIZE bytes; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -77,26 +94,30 @@ echo "| sink | --mode | relay events/s | raw client msgs/s | relay / raw |"
 echo "|---|---|---|---|---|"
 for sink in $SINKS; do
   case $sink in
+  null)
+    # The reference: tx mode to the null sink (no publish at all), then every mode against it.
+    read -r raw _ < <(drain null tx)
+    relay_rows null "$raw" "null sink, vs tx mode to the null sink" "tx lease $(echo " $MODES " | sed 's/ auto / /; s/ tx / /; s/ lease / /')" ;;
   kafka)
-    raw=$($RAW kafka 127.0.0.1:9092 "benchsinks.raw.$RUN" "$N" "$SIZE")
-    relay_rows "kafka://127.0.0.1:9092?topic=benchsinks.relay.$RUN" "$raw" \
+    raw=$($RAW kafka 127.0.0.1:9092 "$NAME.raw.$RUN" "$N" "$SIZE")
+    relay_rows "kafka://127.0.0.1:9092?topic=$NAME.relay.$RUN" "$raw" \
       "Kafka (Tansu), vs confluent-kafka idempotent producer" ;;
   nats)
-    $RAW nats-setup nats://127.0.0.1:4222 BENCHSINKS 'benchsinks.>'
-    raw=$($RAW nats nats://127.0.0.1:4222 benchsinks.raw "$N" "$SIZE")
-    relay_rows "nats://127.0.0.1:4222?subject=benchsinks.relay" "$raw" \
+    $RAW nats-setup nats://127.0.0.1:4222 "$NATS_STREAM" "$NAME.>"
+    raw=$($RAW nats nats://127.0.0.1:4222 "$NAME.raw" "$N" "$SIZE")
+    relay_rows "nats://127.0.0.1:4222?subject=$NAME.relay" "$raw" \
       "NATS JetStream, vs nats-py async publisher" ;;
   redis)
     value=$(head -c "$SIZE" /dev/zero | tr '\0' x)
-    raw=$(redis-benchmark -p 6379 -q -n "$N" -P 100 XADD benchsinks.raw '*' event "$value" \
+    raw=$(redis-benchmark -p 6379 -q -n "$N" -P 100 XADD "$NAME.raw" '*' event "$value" \
       | tr '\r' '\n' | grep -oE '[0-9.]+ requests per second' | tail -n1 | cut -d' ' -f1)
     raw=${raw%.*}
-    relay_rows "redis://127.0.0.1:6379?stream=benchsinks.relay" "$raw" \
+    relay_rows "redis://127.0.0.1:6379?stream=$NAME.relay" "$raw" \
       "Redis Streams, vs redis-benchmark XADD -P 100" ;;
   amqp)
-    $RAW amqp-setup benchsinks
-    raw=$($RAW amqp benchsinks "$N" "$SIZE")
-    relay_rows "amqp://guest:guest@127.0.0.1:5672/%2f?routing_key=benchsinks" "$raw" \
+    $RAW amqp-setup "$NAME"
+    raw=$($RAW amqp "$NAME" "$N" "$SIZE")
+    relay_rows "amqp://guest:guest@127.0.0.1:5672/%2f?routing_key=$NAME" "$raw" \
       "RabbitMQ, vs pika with confirms" ;;
   esac
 done

@@ -2147,7 +2147,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__relay)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --sink --once --mode --batch-size --batch-bytes --concurrency --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --kafka-property --signing-secret-env --async-commit --metrics-addr --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --sink --once --mode --batch-size --batch-bytes --concurrency --pipeline-depth --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --kafka-property --signing-secret-env --async-commit --metrics-addr --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2186,6 +2186,10 @@ _outboxctl() {
                     return 0
                     ;;
                 --concurrency)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pipeline-depth)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -359,6 +359,13 @@ pub struct RelayArgs {
     #[arg(long, env = "OUTBOXCTL_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
 
+    /// Batches in flight at once (1-4): the next batch is claimed while the previous one
+    /// publishes, when that one's claim came back full. 1 claims, publishes and settles one batch
+    /// after another. A relay killed mid-batch re-sends at most this many batches [default: 2;
+    /// 1 for a kafka:// sink, measured slower at 2].
+    #[arg(long, env = "OUTBOXCTL_PIPELINE_DEPTH", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::relay::MAX_PIPELINE_DEPTH)), value_name = "N")]
+    pub pipeline_depth: Option<u32>,
+
     /// How long a claim is held before another relay may take the row.
     #[arg(long, env = "OUTBOXCTL_LEASE", default_value = "30s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub lease: Duration,

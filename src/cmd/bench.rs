@@ -370,7 +370,13 @@ async fn start_daemon(
     sink: Arc<ArrivalSink>,
 ) -> anyhow::Result<(CancellationToken, tokio::task::JoinHandle<()>)> {
     let relay = Relay {
-        pool: db::pool_for_relay(cfg, 4, true, Duration::from_secs(30)).await?,
+        pool: db::pool_for_relay(
+            cfg,
+            3 + crate::relay::PIPELINE_DEPTH,
+            true,
+            Duration::from_secs(30),
+        )
+        .await?,
         pin: db::Pin::default(),
         sink,
         cfg: RelayConfig {
@@ -391,6 +397,7 @@ async fn start_daemon(
             },
             shutdown_grace: Duration::from_secs(5),
             failpoint: None,
+            pipeline_depth: crate::relay::PIPELINE_DEPTH,
         },
         ordering: Default::default(),
         sizing: Default::default(),

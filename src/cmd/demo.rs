@@ -130,6 +130,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
             },
             shutdown_grace: Duration::from_secs(5),
             failpoint: None,
+            pipeline_depth: 1,
         },
         ordering: Default::default(),
         sizing: Default::default(),

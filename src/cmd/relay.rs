@@ -77,7 +77,17 @@ pub async fn build(
         RelayMode::Auto => Mode::Lease,
     };
     let failpoint = env("OUTBOXCTL_TEST_FAILPOINT").and_then(|s| Failpoint::parse(&s));
-    let pool = db::pool_for_relay(&cfg, 4, args.async_commit, args.lease).await?;
+    // One connection per step in flight (a tx-mode step holds its own), LISTEN, the heartbeat
+    // or due-time query, and /readyz.
+    // Kafka drained slower at depth 2 (README, Performance): one batch at a time unless asked.
+    let pipeline_depth =
+        args.pipeline_depth
+            .unwrap_or(if args.sink.trim().starts_with("kafka://") {
+                1
+            } else {
+                crate::relay::PIPELINE_DEPTH
+            });
+    let pool = db::pool_for_relay(&cfg, 3 + pipeline_depth, args.async_commit, args.lease).await?;
     db::ensure_migrated(&pool, &cfg).await?;
     let relay = Relay {
         pool,
@@ -97,6 +107,7 @@ pub async fn build(
             },
             shutdown_grace: args.shutdown_timeout,
             failpoint,
+            pipeline_depth,
         },
         ordering: Default::default(),
         sizing: Default::default(),

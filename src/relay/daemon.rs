@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{Heartbeat, RelayEvent, StepDone};
 use super::metrics::Health;
-use super::step::PendingSettle;
+use super::pipeline::{Next, Pipeline};
+use super::step::{ClaimNotice, PendingSettle, MAX_PIPELINE_DEPTH};
 use super::{Backoff, Relay, Report, StepError};
 use crate::sink::SinkError;
 
@@ -39,36 +40,94 @@ impl Default for OnceLimits {
 /// is reached, or shutdown. A transient database error (lost connection, restart) is retried
 /// with backoff on a new connection; the run fails only when the database keeps failing for
 /// `reconnect_for`, or is failing when `max_duration` ends, or on a permanent error.
+///
+/// Up to `--pipeline-depth` steps run at once ([`Pipeline`]): the next batch is claimed while
+/// the previous one publishes, when that one's claim came back full, and never past
+/// `max_events`. Whatever ends the run (a limit, shutdown, the sink down, an error) lets the
+/// steps in flight finish first.
 pub async fn once(
     relay: &Relay,
     limits: OnceLimits,
     shutdown: &CancellationToken,
 ) -> Result<Report, StepError> {
     let started = Instant::now();
+    let depth = depth(relay);
+    let mut pipe = Pipeline::new(relay, shutdown);
     let mut total = Report::default();
     let mut error_backoff = ErrorBackoff::default();
     let mut failing: Option<(Instant, StepError)> = None;
+    // False once a claim came back short: nothing more is ready.
+    let mut more = true;
+    // A claim came back short beside other steps in flight: claim once more after them.
+    let mut recheck = false;
+    // The run ends once the steps in flight have: how.
+    let mut end: Option<Result<(), StepError>> = None;
+    // A transient error: once the steps in flight have ended, wait this long, then go on.
+    let mut retry_in: Option<Duration> = None;
     loop {
-        if shutdown.is_cancelled() {
-            break;
-        }
-        if limits.max_duration.is_some_and(|d| started.elapsed() >= d) {
-            match failing {
-                Some((_, e)) => return Err(e),
-                None => break,
+        while end.is_none() && retry_in.is_none() && more && pipe.len() < depth {
+            if !pipe.latest_claim_full() {
+                break;
             }
+            if shutdown.is_cancelled() {
+                end = Some(Ok(()));
+                break;
+            }
+            if limits.max_duration.is_some_and(|d| started.elapsed() >= d) {
+                end = Some(failing.take().map_or(Ok(()), |(_, e)| Err(e)));
+                break;
+            }
+            // Split what is left of the budget between the steps in flight: never claim past it.
+            let remaining = limits
+                .max_events
+                .map(|m| m.saturating_sub(total.claimed + pipe.reserved()));
+            if remaining == Some(0) {
+                if pipe.is_empty() {
+                    end = Some(Ok(()));
+                }
+                break;
+            }
+            let limit = remaining.map_or(relay.cfg.batch_size, |r| {
+                r.min(u64::from(relay.cfg.batch_size)) as u32
+            });
+            pipe.start(limit, false);
         }
-        let remaining = limits.max_events.map(|m| m.saturating_sub(total.claimed));
-        if remaining == Some(0) {
-            break;
-        }
-        let limit = remaining.map_or(relay.cfg.batch_size, |r| {
-            r.min(u64::from(relay.cfg.batch_size)) as u32
-        });
-        let step_started = Instant::now();
-        let r = match step_settled(relay, limit, shutdown).await {
-            Ok(r) => r,
-            Err(e) if e.is_transient() => {
+        let Some(next) = pipe.next().await else {
+            if let Some(end) = end {
+                return end.map(|()| total);
+            }
+            if let Some(wait) = retry_in.take() {
+                sleep_or_shutdown(wait, shutdown).await;
+                more = true;
+                continue;
+            }
+            if !more && !std::mem::take(&mut recheck) {
+                break;
+            }
+            more = true;
+            continue;
+        };
+        note_claim(&next, &mut more, &mut recheck);
+        match next {
+            Next::Claimed(..) => {}
+            Next::Done(step, _, Ok(r)) => {
+                failing = None;
+                error_backoff.reset();
+                emit_all(&r);
+                step_done(&r, step.at);
+                total.add(&r);
+                if r.sink_down.is_some() {
+                    // The sink could not take the batch (outage, closed or stalled consumer):
+                    // the rows were given back untouched; a cron run stops here rather than spin.
+                    end.get_or_insert(Ok(()));
+                }
+                // Rows given back unpublished (a slow sink ran out of lease time) are ready
+                // again at once.
+                if r.released > 0 {
+                    more = true;
+                }
+            }
+            Next::Done(_, _, Err(e)) if e.is_transient() => {
                 let since = failing.as_ref().map_or_else(Instant::now, |(t, _)| *t);
                 let left = limits.reconnect_for.saturating_sub(since.elapsed());
                 if left.is_zero() {
@@ -77,34 +136,44 @@ pub async fn once(
                         after: since.elapsed(),
                     }
                     .emit();
-                    return Err(e);
+                    end = Some(Err(e));
+                    continue;
                 }
                 let wait = error_backoff.next().min(left);
                 step_failed(&e, wait);
                 failing = Some((since, e));
-                sleep_or_shutdown(wait, shutdown).await;
-                continue;
+                retry_in = Some(retry_in.map_or(wait, |w| w.max(wait)));
             }
-            Err(e) => return Err(e),
-        };
-        failing = None;
-        error_backoff.reset();
-        emit_all(&r);
-        step_done(&r, step_started);
-        total.add(&r);
-        if r.sink_down.is_some() {
-            // The sink could not take the batch (outage, closed or stalled consumer): the rows
-            // were given back untouched; a cron run stops here rather than spin.
-            break;
-        }
-        // A short batch means nothing more is ready, unless some rows were given back unpublished
-        // (a slow sink ran out of lease time): those are ready again at once; or the byte budget
-        // ended it.
-        if r.claimed < u64::from(limit) && r.released == 0 && !r.budget_reached {
-            break;
+            Next::Done(_, _, Err(e)) => {
+                if !matches!(end, Some(Err(_))) {
+                    end = Some(Err(e));
+                }
+            }
         }
     }
     Ok(total)
+}
+
+/// Takes in a claim's notice (also the one that comes with its step's end: a step that claimed
+/// nothing may end in the same poll as its claim). A short claim means nothing more is ready,
+/// unless it was started beside other steps: they may have held rows it had to skip (an ordered
+/// key's head, claimed by the step before), so `recheck` asks for one more claim after them.
+fn note_claim(next: &Next, more: &mut bool, recheck: &mut bool) {
+    let (step, n) = match next {
+        Next::Claimed(step, n) | Next::Done(step, Some(n), _) => (step, n),
+        Next::Done(_, None, _) => return,
+    };
+    if !n.full {
+        *more = false;
+        if step.beside {
+            *recheck = true;
+        }
+    }
+}
+
+/// Steps in flight at most (`--pipeline-depth`).
+fn depth(relay: &Relay) -> usize {
+    relay.cfg.pipeline_depth.clamp(1, MAX_PIPELINE_DEPTH) as usize
 }
 
 /// One step; when its lease-mode settle failed because the connection broke, settles again on a
@@ -117,8 +186,9 @@ pub async fn step_settled(
     relay: &Relay,
     limit: u32,
     shutdown: &CancellationToken,
+    claimed: &(dyn Fn(ClaimNotice) + Sync),
 ) -> Result<Report, StepError> {
-    match relay.step(limit, shutdown).await {
+    match relay.step_noticed(limit, shutdown, claimed).await {
         Err(StepError::Unsettled { pending, source }) => {
             settle_within_lease(relay, *pending, source).await
         }
@@ -230,11 +300,18 @@ pub const ORDERED_RETRY: Duration = Duration::from_millis(200);
 pub const HEARTBEAT: Duration = Duration::from_secs(60);
 
 /// Runs until `shutdown`; survives database and sink outages (logs, backs off, goes on).
+///
+/// Up to `--pipeline-depth` steps run at once ([`Pipeline`]), the next claimed while the previous
+/// one publishes when that one's claim came back full. Whatever pauses or stops the loop (an idle
+/// outbox, the sink down, a database error, shutdown) lets the steps in flight finish first;
+/// while the sink's circuit is open, one probe runs at a time.
 pub async fn daemon(
     relay: &Relay,
     settings: &DaemonSettings,
     shutdown: &CancellationToken,
 ) -> Report {
+    let depth = depth(relay);
+    let mut pipe = Pipeline::new(relay, shutdown);
     let mut total = Report::default();
     let mut listener: Option<PgListener> = None;
     let mut error_backoff = ErrorBackoff::default();
@@ -242,11 +319,21 @@ pub async fn daemon(
     let mut since_beat = Report::default();
     let mut circuit: Option<Circuit> = None;
     let health = &settings.health;
+    // False once a claim came back short: wait for work (a NOTIFY, a due time, the poll tick).
+    let mut more = true;
+    // A claim came back short beside other steps in flight: claim once more after them.
+    let mut recheck = false;
+    // Whether the latest claim took nothing.
+    let mut claimed_none = false;
+    // The sink's reader is gone or stalled: stop once the steps in flight have ended.
+    let mut stop = false;
+    // The sink is down or the database failed: wait this long once the steps in flight ended.
+    let mut pause: Option<Duration> = None;
     // A step ends by its lease (no publish outlives it; a broken settle is retried within it),
     // plus the shutdown grace; Health's margin covers the statements around it.
     let step_bound = relay.cfg.lease + relay.cfg.shutdown_grace;
     loop {
-        if shutdown.is_cancelled() {
+        if pipe.is_empty() && (stop || shutdown.is_cancelled()) {
             break;
         }
         health.expect_within(step_bound);
@@ -256,44 +343,86 @@ pub async fn daemon(
             since_beat = Report::default();
         }
         let next_beat = last_beat + settings.heartbeat;
+        if pipe.is_empty() {
+            if let Some(wait) = pause.take() {
+                health.expect_within(until(wait, next_beat));
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = tokio::time::sleep_until(next_beat) => {}
+                }
+                more = true;
+                continue;
+            }
+            if !more && !std::mem::take(&mut recheck) {
+                idle(
+                    relay,
+                    settings,
+                    &mut listener,
+                    claimed_none,
+                    next_beat,
+                    shutdown,
+                )
+                .await;
+                more = true;
+                continue;
+            }
+            more = true;
+        }
         // LISTEN before looking for work, so an insert committed after the claim still wakes us.
         // Not through a transaction-pooling proxy: its server connection (and the LISTEN on
         // it) goes to another client after each transaction; the poll interval stands in.
         if listener.is_none() && !relay.pin.is_pinned() {
             listener = listen(relay, &settings.channel).await;
         }
-        let limit = circuit
-            .as_ref()
-            .map_or(relay.cfg.batch_size, |c| c.probe_size(relay.cfg.batch_size));
-        let step_started = Instant::now();
-        let (full, claimed_none) = match step_settled(relay, limit, shutdown).await {
-            Ok(r) => {
+        let room = if circuit.is_some() { 1 } else { depth };
+        while !stop && pause.is_none() && more && pipe.len() < room && pipe.latest_claim_full() {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let limit = circuit
+                .as_ref()
+                .map_or(relay.cfg.batch_size, |c| c.probe_size(relay.cfg.batch_size));
+            pipe.start(limit, circuit.is_some());
+        }
+        let Some(next) = pipe.next().await else {
+            continue;
+        };
+        // A short claim: wait for work. (A step that claimed nothing may end in the same poll as
+        // its claim, so its notice comes with its end; a full one told nothing new there.)
+        match &next {
+            Next::Claimed(_, n) => claimed_none = n.rows == 0,
+            Next::Done(_, Some(n), _) if !n.full => claimed_none = n.rows == 0,
+            Next::Done(..) => {}
+        }
+        note_claim(&next, &mut more, &mut recheck);
+        match next {
+            Next::Claimed(..) => {}
+            Next::Done(step, _, Ok(r)) => {
                 error_backoff.reset();
                 emit_all(&r);
-                step_done(&r, step_started);
+                step_done(&r, step.at);
                 total.add(&r);
                 since_beat.add(&r);
                 match &r.sink_down {
                     Some(SinkError::Closed(e)) => {
                         tracing::info!(error = %e, "the sink's reader is gone; stopping");
-                        break;
+                        stop = true;
                     }
                     Some(SinkError::Stalled(e)) => {
                         tracing::error!(error = %e, "the sink stalled; stopping");
-                        break;
+                        stop = true;
                     }
+                    // A batch claimed before the circuit opened: the outage is known already.
+                    Some(_) if circuit.is_some() && !step.probe => {}
                     Some(e) => {
                         let wait = Circuit::failed(&mut circuit, e, relay.cfg.backoff);
                         health.set_circuit_open(true);
-                        health.expect_within(until(wait, next_beat));
-                        tokio::select! {
-                            _ = shutdown.cancelled() => {}
-                            _ = tokio::time::sleep(wait) => {}
-                            _ = tokio::time::sleep_until(next_beat) => {}
-                        }
-                        continue;
+                        pause = Some(pause.map_or(wait, |p| p.max(wait)));
                     }
-                    None if r.claimed > 0 => {
+                    // Only a probe closes the circuit: a batch claimed before it opened says
+                    // nothing about the sink now.
+                    None if r.claimed > 0 && step.probe => {
                         if let Some(c) = circuit.take() {
                             c.close();
                             health.set_circuit_open(false);
@@ -301,64 +430,66 @@ pub async fn daemon(
                     }
                     None => {}
                 }
-                (
-                    r.claimed >= u64::from(relay.cfg.batch_size)
-                        || r.released > 0
-                        || r.budget_reached,
-                    r.claimed == 0,
-                )
+                // Rows given back unpublished (a slow sink ran out of lease time) are ready
+                // again at once.
+                if r.released > 0 {
+                    more = true;
+                }
             }
-            Err(e) => {
+            Next::Done(_, _, Err(e)) => {
                 let wait = error_backoff.next();
                 step_failed(&e, wait);
                 if e.db().as_database_error().is_none() {
                     listener = None; // the connection may be gone; LISTEN again when back
                 }
-                health.expect_within(until(wait, next_beat));
-                tokio::select! {
-                    _ = shutdown.cancelled() => {}
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = tokio::time::sleep_until(next_beat) => {}
-                }
-                continue;
-            }
-        };
-        if full {
-            continue; // more may be ready: claim again at once
-        }
-        let due = match relay.pool.acquire().await {
-            Ok(mut conn) => relay
-                .pin
-                .run(&mut conn, async |c| crate::db::relay::next_due_in(c).await)
-                .await
-                .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
-                .ok()
-                .flatten(),
-            Err(_) => None,
-        };
-        let mut wait = wait_time(due, claimed_none, settings.poll_interval);
-        if claimed_none && relay.ordering.is_active() {
-            // Rows of ordered keys behind a leased, backing-off or blocked head are due but not
-            // claimable: look again every ORDERED_RETRY rather than spin.
-            wait = wait.max(ORDERED_RETRY.min(settings.poll_interval));
-        }
-        health.expect_within(until(wait, next_beat));
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(wait) => {}
-            _ = tokio::time::sleep_until(next_beat) => {}
-            n = recv(&mut listener) => {
-                if !n {
-                    listener = None;
-                }
-                if let Some(l) = listener.as_mut() {
-                    // Many inserts may have notified while we worked: one wake-up is enough.
-                    while l.next_buffered().is_some() {}
-                }
+                pause = Some(pause.map_or(wait, |p| p.max(wait)));
             }
         }
     }
     total
+}
+
+/// Waits for work after a short claim: a NOTIFY, the next delayed event's due time, the poll
+/// tick or the heartbeat, whichever comes first (or shutdown).
+async fn idle(
+    relay: &Relay,
+    settings: &DaemonSettings,
+    listener: &mut Option<PgListener>,
+    claimed_none: bool,
+    next_beat: tokio::time::Instant,
+    shutdown: &CancellationToken,
+) {
+    let due = match relay.pool.acquire().await {
+        Ok(mut conn) => relay
+            .pin
+            .run(&mut conn, async |c| crate::db::relay::next_due_in(c).await)
+            .await
+            .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
+            .ok()
+            .flatten(),
+        Err(_) => None,
+    };
+    let mut wait = wait_time(due, claimed_none, settings.poll_interval);
+    if claimed_none && relay.ordering.is_active() {
+        // Rows of ordered keys behind a leased, backing-off or blocked head are due but not
+        // claimable: look again every ORDERED_RETRY rather than spin.
+        wait = wait.max(ORDERED_RETRY.min(settings.poll_interval));
+    }
+    settings.health.expect_within(until(wait, next_beat));
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = tokio::time::sleep(wait) => {}
+        _ = tokio::time::sleep_until(next_beat) => {}
+        n = recv(listener) => {
+            if !n {
+                *listener = None;
+            }
+            if let Some(l) = listener.as_mut() {
+                // Many inserts may have notified while we worked: one wake-up is enough.
+                while l.next_buffered().is_some() {}
+            }
+        }
+    }
 }
 
 /// How long a wait of `wait` that also ends at `next_beat` lasts at most.

@@ -13,6 +13,7 @@ pub mod endpoints;
 pub mod events;
 pub mod metrics;
 pub mod ordering;
+pub mod pipeline;
 pub mod step;
 
 use std::time::Duration;
@@ -21,7 +22,7 @@ use rand::Rng;
 use serde::Serialize;
 
 pub use events::RelayEvent;
-pub use step::{Relay, RelayConfig, StepError};
+pub use step::{ClaimNotice, Relay, RelayConfig, StepError, MAX_PIPELINE_DEPTH, PIPELINE_DEPTH};
 
 /// `--batch-bytes` by default: 16 MiB.
 pub const DEFAULT_BATCH_BYTES: u64 = 16 << 20;

@@ -45,6 +45,25 @@ pub struct RelayConfig {
     pub backoff: Backoff,
     pub shutdown_grace: Duration,
     pub failpoint: Option<Failpoint>,
+    /// Steps the loops keep in flight at once (`--pipeline-depth`, 1..=[`MAX_PIPELINE_DEPTH`]):
+    /// the next batch is claimed while the previous one publishes. The step itself ignores it.
+    pub pipeline_depth: u32,
+}
+
+/// `--pipeline-depth` by default.
+pub const PIPELINE_DEPTH: u32 = 2;
+
+/// `--pipeline-depth` at most: each step in flight may hold a pool connection (tx mode).
+pub const MAX_PIPELINE_DEPTH: u32 = 4;
+
+/// What a step's claim took, told to its loop as soon as the claim returns and before the batch
+/// is published: enough for the loop to decide whether to claim the next batch meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimNotice {
+    pub rows: u64,
+    /// The claim took all it was allowed (`limit` rows, or the byte budget ended it): more may
+    /// be ready.
+    pub full: bool,
 }
 
 /// A relay: a pool, a sink, settings, and what it keeps for ordered delivery.
@@ -116,6 +135,16 @@ struct Claimed {
     event: Option<RelayEvent>,
 }
 
+impl Claimed {
+    fn notice(&self, limit: i64) -> ClaimNotice {
+        let rows = self.rows.len() as u64;
+        ClaimNotice {
+            rows,
+            full: self.budget_reached || i64::try_from(rows).unwrap_or(i64::MAX) >= limit,
+        }
+    }
+}
+
 impl Relay {
     /// Claims at most `limit` (≤ batch size) ready rows, publishes them and settles the outcome.
     /// Claims nothing once `shutdown` is cancelled.
@@ -127,6 +156,17 @@ impl Relay {
         &self,
         limit: u32,
         shutdown: &CancellationToken,
+    ) -> Result<Report, StepError> {
+        self.step_noticed(limit, shutdown, &|_| {}).await
+    }
+
+    /// [`Relay::step`], calling `claimed` once its claim has returned (not when the claim
+    /// failed), before the publish: the loop may start the next step then.
+    pub async fn step_noticed(
+        &self,
+        limit: u32,
+        shutdown: &CancellationToken,
+        claimed: &(dyn Fn(ClaimNotice) + Sync),
     ) -> Result<Report, StepError> {
         if shutdown.is_cancelled() {
             return Ok(Report::default());
@@ -145,12 +185,17 @@ impl Relay {
             ),
         };
         match self.cfg.mode {
-            Mode::Lease => self.step_lease(limit, &ctl).await,
-            Mode::Tx => self.step_tx(limit, &ctl).await,
+            Mode::Lease => self.step_lease(limit, &ctl, claimed).await,
+            Mode::Tx => self.step_tx(limit, &ctl, claimed).await,
         }
     }
 
-    async fn step_lease(&self, limit: i64, ctl: &PublishCtl) -> Result<Report, StepError> {
+    async fn step_lease(
+        &self,
+        limit: i64,
+        ctl: &PublishCtl,
+        claimed: &(dyn Fn(ClaimNotice) + Sync),
+    ) -> Result<Report, StepError> {
         let token = Uuid::new_v4();
         // Taken before the claim is sent: the lease (from the server's now()) ends later.
         let claimed_at = tokio::time::Instant::now();
@@ -163,6 +208,7 @@ impl Relay {
                 .await
                 .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))?
         };
+        claimed(claim.notice(limit));
         let ordered_from = claim.ordered_from;
         let rows = claim.rows;
         let mut report = Report {
@@ -273,9 +319,14 @@ impl Relay {
         Ok(report)
     }
 
-    async fn step_tx(&self, limit: i64, ctl: &PublishCtl) -> Result<Report, StepError> {
+    async fn step_tx(
+        &self,
+        limit: i64,
+        ctl: &PublishCtl,
+        claimed: &(dyn Fn(ClaimNotice) + Sync),
+    ) -> Result<Report, StepError> {
         let mut conn = self.pool.acquire().await?;
-        let result = self.step_tx_on(&mut conn, limit, ctl).await;
+        let result = self.step_tx_on(&mut conn, limit, ctl, claimed).await;
         if let Err(e) = &result {
             crate::db::discard_if_broken(&mut conn, e.db());
         }
@@ -287,9 +338,11 @@ impl Relay {
         conn: &mut PoolConnection<Postgres>,
         limit: i64,
         ctl: &PublishCtl,
+        claimed: &(dyn Fn(ClaimNotice) + Sync),
     ) -> Result<Report, StepError> {
         let mut tx = self.pin.begin(conn).await?;
         let claim = self.claim(&mut tx, limit, ClaimMode::Tx).await?;
+        claimed(claim.notice(limit));
         let ordered_from = claim.ordered_from;
         let rows = claim.rows;
         let mut report = Report {

@@ -26,6 +26,7 @@ mod net_delay;
 mod ordering;
 mod outage;
 mod pg_cluster;
+mod pipeline;
 mod pipes;
 mod prune;
 mod publish;

@@ -38,6 +38,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
             },
             shutdown_grace: Duration::from_secs(1),
             failpoint: None,
+            pipeline_depth: outboxctl::relay::PIPELINE_DEPTH,
         },
         ordering: Default::default(),
         sizing: Default::default(),
@@ -431,8 +432,10 @@ async fn kill_9_after_publish_before_settle_loses_nothing() {
         db.seed_ready(1000).await;
         let dir = tempfile::tempdir().unwrap();
         let first = dir.path().join("first.jsonl");
+        // One batch in flight (the depth-2 bound: pipeline::kill_9_at_depth_2_...).
         let mut child = relay_to_file(&db, mode, &first)
             .args(["--once", "--batch-size", "300", "--lease", "2s"])
+            .args(["--pipeline-depth", "1"])
             .env("OUTBOXCTL_TEST_FAILPOINT", "hang-after-publish")
             .stderr(Stdio::piped())
             .spawn()

@@ -542,6 +542,10 @@ impl Drop for Relays {
 
 /// The relay command every scenario starts from: `mode`, `sink`, small batches and quick
 /// polling, probing and backoff (so recovery time measures the relay, not a long backoff).
+/// The relays' `--pipeline-depth` (the default: `relay_cmd` does not pass it): batches in flight
+/// per relay, so a relay that dies or loses its connection re-sends at most this many batches.
+pub const DEPTH: usize = outboxctl::relay::PIPELINE_DEPTH as usize;
+
 pub fn relay_cmd(db: &TestDb, mode: &str, sink: &str, batch: usize, timeout: &str) -> Command {
     let mut c = db.cmd();
     c.args(["relay", "--mode", mode, "--sink", sink])

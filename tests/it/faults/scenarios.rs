@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::http::{Behaviour, Consumer};
 use super::servers::{file_deliveries, ChildServer, PgBouncer, RabbitNode};
-use super::{relay_cmd, Checker, Load, Relays};
+use super::{relay_cmd, Checker, Load, Relays, DEPTH};
 use crate::common::{signal, TestDb};
 use crate::pg_cluster::PgCluster;
 
@@ -62,14 +62,14 @@ async fn kill_9_of_one_of_four_relays_mid_batch() {
         producers.await.unwrap();
         relays.assert_running();
         relays.stop();
-        // The killed relay's batch: published, never marked, sent again after its lease (lease
-        // mode) or its rolled-back claim (tx mode).
+        // The killed relay's batches in flight (`DEPTH`): published, never marked, sent again
+        // after their lease (lease mode) or their rolled-back claim (tx mode).
         let report = ck
             .check(
                 &consumer.processed(),
                 4,
                 "kill -9 of one relay mid-batch",
-                batch,
+                DEPTH * batch,
                 recovery,
             )
             .await;
@@ -116,7 +116,7 @@ async fn pg_terminate_backend_of_every_relay_backend_repeatedly() {
         let bound = if mode == "lease" {
             0
         } else {
-            rounds * 2 * batch
+            rounds * 2 * DEPTH * batch
         };
         let files: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
         let report = ck
@@ -162,7 +162,11 @@ async fn postgres_restart_during_a_drain() {
         producers.await.unwrap();
         relays.assert_running();
         relays.stop();
-        let bound = if mode == "lease" { 0 } else { 2 * batch };
+        let bound = if mode == "lease" {
+            0
+        } else {
+            2 * DEPTH * batch
+        };
         let files: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
         let report = ck
             .check(
@@ -201,13 +205,13 @@ const HOLD: Duration = Duration::from_secs(3);
 const BROKER_RELAYS: usize = 2;
 const BROKER_BATCH: usize = 50;
 
-/// Publishes that can time out while a broker is frozen for [`HOLD`], per relay: its batch, then
-/// one probe per `--publish-timeout` (1 s). A frozen broker may still take each of them when it
+/// Publishes that can time out while a broker is frozen for [`HOLD`], per relay: its batches in
+/// flight (`DEPTH`), then one probe per `--publish-timeout` (1 s). A frozen broker may still take each of them when it
 /// thaws, after the relay gave the rows back: the duplicates bound of a frozen or stopped broker
 /// without dedup. The same in both modes: in `lease` mode those rows are released, in `tx` mode
-/// the claim that marked them is rolled back (one batch per relay, then each probe's), and either
-/// way they are published again although the broker may hold them already.
-const BROKER_BOUND: usize = BROKER_RELAYS * (BROKER_BATCH + HOLD.as_secs() as usize + 1);
+/// the claim that marked them is rolled back (the batches in flight per relay, then each
+/// probe's), and either way they are published again although the broker may hold them already.
+const BROKER_BOUND: usize = BROKER_RELAYS * (DEPTH * BROKER_BATCH + HOLD.as_secs() as usize + 1);
 
 /// Every broker scenario's runs: each fault in each of [`BROKER_MODES`].
 fn broker_runs() -> impl Iterator<Item = (BrokerFault, &'static str)> {
@@ -396,7 +400,7 @@ async fn redis_down_and_frozen() {
             })
             .collect();
         // Redis Streams has no dedup: a batch whose XADDs the frozen server took after the
-        // relay's timeout is sent again, at most one batch per relay.
+        // relay's timeout is sent again, at most its batches in flight per relay.
         let report = ck
             .check(
                 &received,

@@ -1,0 +1,158 @@
+//! The steps a loop keeps in flight at once (`--pipeline-depth`): the next batch is claimed while
+//! the previous one publishes, so the database and the sink work at the same time. Each step
+//! stays claim → publish → settle ([`Relay::step_noticed`]); this only runs several of them
+//! concurrently on the loop's task and tells the loop when a claim returned and when a step
+//! ended. `FOR UPDATE SKIP LOCKED` makes two claims of one process as safe as two relays.
+//!
+//! The loops ([`super::daemon`]) decide when to start one: only while the latest claim came back
+//! full (a short claim means nothing more is ready), never past `--max-events` (the budget is
+//! split between the steps in flight: [`Pipeline::reserved`]), never while the sink's circuit is
+//! open (one probe at a time), and nothing new after shutdown began.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Instant;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::step::ClaimNotice;
+use super::{Relay, Report, StepError};
+
+type StepFuture<'a> = Pin<Box<dyn Future<Output = (u64, Result<Report, StepError>)> + Send + 'a>>;
+
+/// How a step was started.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    /// At most this many rows.
+    pub limit: u32,
+    pub at: Instant,
+    /// Started while the sink's circuit was open: only a probe may close it.
+    pub probe: bool,
+    /// Started while other steps were in flight: a short claim of its own may only mean that
+    /// they held the rows (locked, or an ordered key's head) when it ran.
+    pub beside: bool,
+}
+
+/// What [`Pipeline::next`] saw.
+pub enum Next {
+    /// A step's claim returned; its batch is being published.
+    Claimed(Started, ClaimNotice),
+    /// A step ended (published and settled, or failed), with what its claim took when the claim
+    /// returned (a step that claims nothing ends at once: its notice may come only here).
+    Done(Started, Option<ClaimNotice>, Result<Report, StepError>),
+}
+
+struct Slot {
+    id: u64,
+    started: Started,
+    claim: Option<ClaimNotice>,
+}
+
+/// The steps in flight, oldest first.
+pub struct Pipeline<'a> {
+    relay: &'a Relay,
+    shutdown: &'a CancellationToken,
+    running: FuturesUnordered<StepFuture<'a>>,
+    slots: Vec<Slot>,
+    next_id: u64,
+    notices: mpsc::UnboundedReceiver<(u64, ClaimNotice)>,
+    notify: mpsc::UnboundedSender<(u64, ClaimNotice)>,
+}
+
+impl<'a> Pipeline<'a> {
+    pub fn new(relay: &'a Relay, shutdown: &'a CancellationToken) -> Self {
+        let (notify, notices) = mpsc::unbounded_channel();
+        Self {
+            relay,
+            shutdown,
+            running: FuturesUnordered::new(),
+            slots: Vec::new(),
+            next_id: 0,
+            notices,
+            notify,
+        }
+    }
+
+    /// Steps in flight.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Whether another step may be started beside those in flight: the newest one's claim has
+    /// returned full (none in flight: always).
+    pub fn latest_claim_full(&self) -> bool {
+        self.slots
+            .last()
+            .is_none_or(|s| s.claim.is_some_and(|c| c.full))
+    }
+
+    /// Rows the steps in flight have claimed, or may still claim (their limit, until the claim
+    /// returned): what `--max-events` must keep for them.
+    pub fn reserved(&self) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| s.claim.map_or(u64::from(s.started.limit), |c| c.rows))
+            .sum()
+    }
+
+    /// Starts a step of at most `limit` rows (a step whose settle broke its connection settles
+    /// again within its lease: [`super::daemon::step_settled`]).
+    pub fn start(&mut self, limit: u32, probe: bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let beside = !self.slots.is_empty();
+        self.slots.push(Slot {
+            id,
+            started: Started {
+                limit,
+                at: Instant::now(),
+                probe,
+                beside,
+            },
+            claim: None,
+        });
+        let relay = self.relay;
+        let shutdown = self.shutdown;
+        let notify = self.notify.clone();
+        self.running.push(Box::pin(async move {
+            let claimed = move |n: ClaimNotice| {
+                let _ = notify.send((id, n));
+            };
+            let r = super::daemon::step_settled(relay, limit, shutdown, &claimed).await;
+            (id, r)
+        }));
+    }
+
+    /// Waits for the next claim to return or step to end; `None` when nothing is in flight.
+    /// A step's claim is always reported before its end.
+    pub async fn next(&mut self) -> Option<Next> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            Some((id, n)) = self.notices.recv() => {
+                let slot = self.slots.iter_mut().find(|s| s.id == id)?;
+                slot.claim = Some(n);
+                Some(Next::Claimed(slot.started, n))
+            }
+            Some((id, r)) = self.running.next() => {
+                // Its notice, if sent, was sent before it ended: take it first.
+                while let Ok((nid, n)) = self.notices.try_recv() {
+                    if let Some(s) = self.slots.iter_mut().find(|s| s.id == nid) {
+                        s.claim = Some(n);
+                    }
+                }
+                let at = self.slots.iter().position(|s| s.id == id)?;
+                let slot = self.slots.remove(at);
+                Some(Next::Done(slot.started, slot.claim, r))
+            }
+        }
+    }
+}
