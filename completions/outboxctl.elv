@@ -106,7 +106,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --batch-size 'Rows claimed per batch'
             cand --batch-bytes 'Bytes claimed per batch, at most (payload and headers, e.g. 16MiB, 512KiB): a batch stops at --batch-size rows or at this many bytes, whichever comes first, so the relay''s memory stays within a small multiple of it. An event larger than this is claimed alone'
             cand --concurrency 'Publishes in flight at once within a batch'
-            cand --pipeline-depth 'Batches in flight at once (1-4): the next batch is claimed while the previous one publishes, when that one''s claim came back full. 1 claims, publishes and settles one batch after another. A relay killed mid-batch re-sends at most this many batches [default: 2; 1 for a kafka:// sink, measured slower at 2]'
+            cand --pipeline-depth 'Batches in flight at once (1-4): the next batch is claimed while the previous one publishes, when that one''s claim came back full. 1 claims, publishes and settles one batch after another. A relay killed mid-batch re-sends at most this many batches [default: 2; 1 for stdout, file and null (a local write leaves nothing to overlap) and kafka:// (measured slower at 2)]'
             cand --lease 'How long a claim is held before another relay may take the row'
             cand --publish-timeout 'Timeout of one publish (a stdout or file write too); must be shorter than --lease [default: half the lease]'
             cand --max-attempts 'Attempts before a row is dead-lettered. A sink outage (the sink took no event of a batch) counts none: the rows are given back untouched'

@@ -362,7 +362,8 @@ pub struct RelayArgs {
     /// Batches in flight at once (1-4): the next batch is claimed while the previous one
     /// publishes, when that one's claim came back full. 1 claims, publishes and settles one batch
     /// after another. A relay killed mid-batch re-sends at most this many batches [default: 2;
-    /// 1 for a kafka:// sink, measured slower at 2].
+    /// 1 for stdout, file and null (a local write leaves nothing to overlap) and kafka://
+    /// (measured slower at 2)].
     #[arg(long, env = "OUTBOXCTL_PIPELINE_DEPTH", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::relay::MAX_PIPELINE_DEPTH)), value_name = "N")]
     pub pipeline_depth: Option<u32>,
 

@@ -79,14 +79,9 @@ pub async fn build(
     let failpoint = env("OUTBOXCTL_TEST_FAILPOINT").and_then(|s| Failpoint::parse(&s));
     // One connection per step in flight (a tx-mode step holds its own), LISTEN, the heartbeat
     // or due-time query, and /readyz.
-    // Kafka drained slower at depth 2 (README, Performance): one batch at a time unless asked.
-    let pipeline_depth =
-        args.pipeline_depth
-            .unwrap_or(if args.sink.trim().starts_with("kafka://") {
-                1
-            } else {
-                crate::relay::PIPELINE_DEPTH
-            });
+    let pipeline_depth = args
+        .pipeline_depth
+        .unwrap_or_else(|| sink.default_pipeline_depth());
     let pool = db::pool_for_relay(&cfg, 3 + pipeline_depth, args.async_commit, args.lease).await?;
     db::ensure_migrated(&pool, &cfg).await?;
     let relay = Relay {

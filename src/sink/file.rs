@@ -84,6 +84,10 @@ impl Sink for FileSink {
         vec![outcome; events.len()]
     }
 
+    fn default_pipeline_depth(&self) -> u32 {
+        1
+    }
+
     fn batch_within_one_timeout(&self) -> bool {
         true
     }

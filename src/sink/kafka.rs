@@ -610,6 +610,10 @@ impl Sink for KafkaSink {
 
     /// The whole batch is handed to the producer and its reports awaited against one deadline,
     /// `--publish-timeout` after the start.
+    fn default_pipeline_depth(&self) -> u32 {
+        1
+    }
+
     fn batch_within_one_timeout(&self) -> bool {
         true
     }

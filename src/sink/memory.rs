@@ -16,6 +16,10 @@ impl Sink for NullSink {
         vec![Outcome::Published; events.len()]
     }
 
+    fn default_pipeline_depth(&self) -> u32 {
+        1
+    }
+
     fn batch_within_one_timeout(&self) -> bool {
         true
     }
@@ -77,5 +81,16 @@ impl Sink for MemorySink {
 
     fn describe(&self) -> String {
         "memory (test double)".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_sink_keeps_one_batch_in_flight_by_default() {
+        assert_eq!(NullSink.default_pipeline_depth(), 1);
+        assert!(NullSink.batch_within_one_timeout());
     }
 }

@@ -63,6 +63,10 @@ impl Sink for StdoutSink {
         vec![outcome; events.len()]
     }
 
+    fn default_pipeline_depth(&self) -> u32 {
+        1
+    }
+
     fn batch_within_one_timeout(&self) -> bool {
         true
     }
