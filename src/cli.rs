@@ -364,7 +364,9 @@ pub struct RelayArgs {
     /// after another. A relay killed mid-batch re-sends at most this many batches [default: 2;
     /// 1 for stdout, file and null (a local write leaves nothing to overlap) and kafka://
     /// (measured slower at 2)].
-    #[arg(long, env = "OUTBOXCTL_PIPELINE_DEPTH", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::relay::MAX_PIPELINE_DEPTH)), value_name = "N")]
+    // 4: the relay's MAX_PIPELINE_DEPTH (a test in cmd::relay keeps them equal; clap types import
+    // nothing of the layers below).
+    #[arg(long, env = "OUTBOXCTL_PIPELINE_DEPTH", value_parser = clap::value_parser!(u32).range(1..=4), value_name = "N")]
     pub pipeline_depth: Option<u32>,
 
     /// How long a claim is held before another relay may take the row.

@@ -333,3 +333,26 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[test]
+    fn pipeline_depth_accepts_up_to_the_relays_maximum() {
+        let max = crate::relay::MAX_PIPELINE_DEPTH;
+        let parse = |n: u32| {
+            crate::cli::Cli::try_parse_from([
+                "outboxctl",
+                "relay",
+                "--sink",
+                "null",
+                "--pipeline-depth",
+                &n.to_string(),
+            ])
+        };
+        assert!(parse(max).is_ok());
+        assert!(parse(max + 1).is_err());
+        assert!(parse(0).is_err());
+    }
+}

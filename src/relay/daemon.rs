@@ -1,7 +1,7 @@
 //! The loops around [`Relay::step`]: `once` drains what is ready and returns; `daemon` runs until
 //! shutdown, sleeping between batches until a NOTIFY, the next delayed event's due time, or the
 //! poll tick, whichever comes first. Both finish a lease-mode settle that a broken connection
-//! interrupted ([`step_settled`]) and emit what the step reports ([`RelayEvent`]).
+//! interrupted ([`super::pipeline::step_settled`]) and emit what the step reports ([`RelayEvent`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::{Heartbeat, RelayEvent, StepDone};
 use super::metrics::Health;
 use super::pipeline::{Next, Pipeline};
-use super::step::{ClaimNotice, PendingSettle, MAX_PIPELINE_DEPTH};
+use super::step::MAX_PIPELINE_DEPTH;
 use super::{Backoff, Relay, Report, StepError};
 use crate::sink::SinkError;
 
@@ -174,81 +174,6 @@ fn note_claim(next: &Next, more: &mut bool, recheck: &mut bool) {
 /// Steps in flight at most (`--pipeline-depth`).
 fn depth(relay: &Relay) -> usize {
     relay.cfg.pipeline_depth.clamp(1, MAX_PIPELINE_DEPTH) as usize
-}
-
-/// One step; when its lease-mode settle failed because the connection broke, settles again on a
-/// live connection with backoff for as long as the claim's lease lasts. Past the lease another
-/// relay may take the rows, and re-sending them is what the lease is for.
-///
-/// This runs even after shutdown began: marking what was published is what a clean shutdown
-/// is for (a second signal still exits at once).
-pub async fn step_settled(
-    relay: &Relay,
-    limit: u32,
-    shutdown: &CancellationToken,
-    claimed: &(dyn Fn(ClaimNotice) + Sync),
-) -> Result<Report, StepError> {
-    match relay.step_noticed(limit, shutdown, claimed).await {
-        Err(StepError::Unsettled { pending, source }) => {
-            settle_within_lease(relay, *pending, source).await
-        }
-        other => other,
-    }
-}
-
-async fn settle_within_lease(
-    relay: &Relay,
-    pending: PendingSettle,
-    first: sqlx::Error,
-) -> Result<Report, StepError> {
-    // First retry at once (a terminated backend: the next connection works), then 50 ms
-    // doubling to 2 s (a restarting server).
-    let backoff = Backoff {
-        base: Duration::from_millis(50),
-        max: Duration::from_secs(2),
-    };
-    let started = tokio::time::Instant::now();
-    RelayEvent::SettleFailed {
-        events: pending.events(),
-        error: first.to_string(),
-        lease_left: pending.lease_ends.saturating_duration_since(started),
-    }
-    .emit();
-    let mut last = first;
-    let mut attempts = 1;
-    loop {
-        let wait = if attempts == 1 {
-            Duration::ZERO
-        } else {
-            backoff.delay(attempts - 1)
-        };
-        if tokio::time::Instant::now() + wait >= pending.lease_ends {
-            break;
-        }
-        tokio::time::sleep(wait).await;
-        attempts += 1;
-        match tokio::time::timeout_at(pending.lease_ends, relay.settle_again(&pending)).await {
-            Ok(Ok(report)) => {
-                RelayEvent::SettleRecovered {
-                    events: pending.events(),
-                    attempts,
-                    elapsed: started.elapsed(),
-                }
-                .emit();
-                return Ok(report);
-            }
-            Ok(Err(e)) if crate::db::is_transient(&e) => last = e,
-            Ok(Err(e)) => return Err(e.into()),
-            Err(_) => break,
-        }
-    }
-    RelayEvent::SettleAbandoned {
-        events: pending.events(),
-        attempts,
-        error: last.to_string(),
-    }
-    .emit();
-    Err(StepError::Db(last))
 }
 
 fn emit_all(r: &Report) {

@@ -17,8 +17,10 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::step::ClaimNotice;
-use super::{Relay, Report, StepError};
+use std::time::Duration;
+
+use super::step::{ClaimNotice, PendingSettle};
+use super::{Backoff, Relay, RelayEvent, Report, StepError};
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = (u64, Result<Report, StepError>)> + Send + 'a>>;
 
@@ -102,7 +104,7 @@ impl<'a> Pipeline<'a> {
     }
 
     /// Starts a step of at most `limit` rows (a step whose settle broke its connection settles
-    /// again within its lease: [`super::daemon::step_settled`]).
+    /// again within its lease: [`step_settled`]).
     pub fn start(&mut self, limit: u32, probe: bool) {
         let id = self.next_id;
         self.next_id += 1;
@@ -124,7 +126,7 @@ impl<'a> Pipeline<'a> {
             let claimed = move |n: ClaimNotice| {
                 let _ = notify.send((id, n));
             };
-            let r = super::daemon::step_settled(relay, limit, shutdown, &claimed).await;
+            let r = step_settled(relay, limit, shutdown, &claimed).await;
             (id, r)
         }));
     }
@@ -155,4 +157,79 @@ impl<'a> Pipeline<'a> {
             }
         }
     }
+}
+
+/// One step; when its lease-mode settle failed because the connection broke, settles again on a
+/// live connection with backoff for as long as the claim's lease lasts. Past the lease another
+/// relay may take the rows, and re-sending them is what the lease is for.
+///
+/// This runs even after shutdown began: marking what was published is what a clean shutdown
+/// is for (a second signal still exits at once).
+pub async fn step_settled(
+    relay: &Relay,
+    limit: u32,
+    shutdown: &CancellationToken,
+    claimed: &(dyn Fn(ClaimNotice) + Sync),
+) -> Result<Report, StepError> {
+    match relay.step_noticed(limit, shutdown, claimed).await {
+        Err(StepError::Unsettled { pending, source }) => {
+            settle_within_lease(relay, *pending, source).await
+        }
+        other => other,
+    }
+}
+
+async fn settle_within_lease(
+    relay: &Relay,
+    pending: PendingSettle,
+    first: sqlx::Error,
+) -> Result<Report, StepError> {
+    // First retry at once (a terminated backend: the next connection works), then 50 ms
+    // doubling to 2 s (a restarting server).
+    let backoff = Backoff {
+        base: Duration::from_millis(50),
+        max: Duration::from_secs(2),
+    };
+    let started = tokio::time::Instant::now();
+    RelayEvent::SettleFailed {
+        events: pending.events(),
+        error: first.to_string(),
+        lease_left: pending.lease_ends.saturating_duration_since(started),
+    }
+    .emit();
+    let mut last = first;
+    let mut attempts = 1;
+    loop {
+        let wait = if attempts == 1 {
+            Duration::ZERO
+        } else {
+            backoff.delay(attempts - 1)
+        };
+        if tokio::time::Instant::now() + wait >= pending.lease_ends {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+        attempts += 1;
+        match tokio::time::timeout_at(pending.lease_ends, relay.settle_again(&pending)).await {
+            Ok(Ok(report)) => {
+                RelayEvent::SettleRecovered {
+                    events: pending.events(),
+                    attempts,
+                    elapsed: started.elapsed(),
+                }
+                .emit();
+                return Ok(report);
+            }
+            Ok(Err(e)) if crate::db::is_transient(&e) => last = e,
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => break,
+        }
+    }
+    RelayEvent::SettleAbandoned {
+        events: pending.events(),
+        attempts,
+        error: last.to_string(),
+    }
+    .emit();
+    Err(StepError::Db(last))
 }
