@@ -6,7 +6,11 @@
 //!   transaction open; a fenced, set-based settle follows. For remote or slow sinks.
 //! - **tx**: claim-and-mark in one transaction that stays open for the publish and commits after
 //!   it (row locks keep other relays off; a crash rolls back). One write per event instead of two;
-//!   for fast, local, synchronous sinks.
+//!   for sinks that publish a whole batch within one `--publish-timeout` (local ones, Redis,
+//!   Kafka: `Sink::batch_within_one_timeout`).
+//!
+//! The loops may keep several steps in flight at once ([`pipeline`], `--pipeline-depth`): the next
+//! batch is claimed while the previous one publishes.
 
 pub mod daemon;
 pub mod endpoints;

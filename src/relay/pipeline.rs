@@ -11,13 +11,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-
-use std::time::Duration;
 
 use super::step::{ClaimNotice, PendingSettle};
 use super::{Backoff, Relay, RelayEvent, Report, StepError};
