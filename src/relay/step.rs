@@ -201,6 +201,11 @@ impl Relay {
         let claimed_at = tokio::time::Instant::now();
         let claim = {
             let mut conn = self.pool.acquire().await?;
+            // A step started beside another may wait here for a new connection; one that gets
+            // it after shutdown began claims nothing (it would only claim rows to release them).
+            if ctl.shutdown.is_cancelled() {
+                return Ok(Report::default());
+            }
             self.pin
                 .run(&mut conn, async |c| {
                     self.claim(c, limit, ClaimMode::Lease { token }).await
@@ -326,6 +331,9 @@ impl Relay {
         claimed: &(dyn Fn(ClaimNotice) + Sync),
     ) -> Result<Report, StepError> {
         let mut conn = self.pool.acquire().await?;
+        if ctl.shutdown.is_cancelled() {
+            return Ok(Report::default()); // as in step_lease
+        }
         let result = self.step_tx_on(&mut conn, limit, ctl, claimed).await;
         if let Err(e) = &result {
             crate::db::discard_if_broken(&mut conn, e.db());
