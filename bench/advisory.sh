@@ -9,7 +9,9 @@
 #                                         in a single-user backend on a copy of the snapshot
 #   bench/advisory.sh pgbench CYCLE B C T pgbench -M prepared -c C -T T of CYCLE on a copy of the
 #                                         snapshot (port 21901): events/s, WAL bytes per event
-# CYCLE: tx (BEGIN; claim; COMMIT) | lease_claim | lease (claim; settle) | adv_<claim>_<settle> (below).
+# CYCLE: tx (BEGIN; claim; COMMIT) | lease_claim | lease (claim; settle) | adv_<claim>_<settle> (below)
+#        | lease_overlap (claim A; claim B; settle A; settle B: two batches in flight) | lease_coalesced
+#        (the same with one settle of A and B; callgrind only).
 # DUP=1 (pgbench): every advisory cycle also adds its claim's row count to adv_dup, and the run
 # prints claimed - published, the rows handed out twice (the snapshot race of the one-statement
 # claims).
@@ -48,6 +50,21 @@ cycle() {
     tx) echo "BEGIN;"; wrap "$k" "$(tx_claim)" | one; echo ";"; echo "COMMIT;" ;;
     lease_claim) wrap "$k" "$(lease_claim)" | one; echo ";" ;;
     lease) wrap "$k" "$(lease_claim)" | one; gset "$k"; [ "$k" = cg ] && echo ";"; wrapu "$(lease_settle)" | one; echo ";" ;;
+    lease_overlap|lease_coalesced)
+      # Two batches in flight (--pipeline-depth 2): claim A, claim B (A still leased), then
+      # settle A and B apart (lease_overlap, as shipped) or in one statement (lease_coalesced,
+      # issue 13's "coalesce the settles"). Callgrind only: A's ids kept in adv.ids1.
+      [ "$k" = cg ] || { echo "$name: callgrind only" >&2; exit 2; }
+      local a="current_setting('adv.ids1')::bigint[]" b="current_setting('adv.ids')::bigint[]"
+      wrap cg "$(lease_claim)" | one; echo ";"
+      echo "SELECT set_config('adv.ids1', current_setting('adv.ids'), false) IS NOT NULL AS k"; echo ";"
+      wrap cg "$(lease_claim)" | one; echo ";"
+      if [ "$name" = lease_overlap ]; then
+        IDS=$a; wrapu "$(lease_settle)" | one; echo ";"
+        IDS=$b; wrapu "$(lease_settle)" | one; echo ";"
+      else
+        IDS="($a || $b)"; wrapu "$(lease_settle)" | one; echo ";"
+      fi ;;
     adv_*)
       # adv_<claim>_<settle>: claim filter|limit|rcte (one statement) or rcte2|window2 (ids, then
       # fetch);

@@ -7,6 +7,9 @@ client would, as fast as it can, and prints messages per second.
   raw_clients.py nats URL SUBJECT COUNT SIZE        nats-py JetStream, async publishes in a
                                                      window of 1000 outstanding acks
   raw_clients.py amqp QUEUE COUNT SIZE              pika, publisher confirms, persistent
+  raw_clients.py kafka-setup BOOTSTRAP TOPIC       creates TOPIC (one message, flushed), so a timed
+                                                     run does not include the topic's creation
+  raw_clients.py kafka-create BOOTSTRAP TOPIC      creates TOPIC empty (admin API, 4 partitions)
   raw_clients.py nats-setup URL STREAM SUBJECTS | nats-teardown URL STREAM
   raw_clients.py amqp-setup QUEUE | amqp-teardown QUEUE
 """
@@ -44,6 +47,23 @@ def kafka(bootstrap, topic, count, size):
     if failed:
         sys.exit(f"kafka: {failed} deliveries failed")
     return count / elapsed
+
+
+def kafka_setup(bootstrap, topic):
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce(topic, value=b"setup")
+    if p.flush(30) != 0:
+        sys.exit(f"kafka-setup: could not create {topic}")
+
+
+def kafka_create(bootstrap, topic):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics([NewTopic(topic, num_partitions=4)]).values():
+        fut.result(30)
 
 
 async def nats_pub(url, subject, count, size):
@@ -118,6 +138,10 @@ def main():
         rate = asyncio.run(nats_pub(args[0], args[1], int(args[2]), int(args[3])))
     elif cmd == "amqp":
         rate = amqp(args[0], int(args[1]), int(args[2]))
+    elif cmd == "kafka-create":
+        return kafka_create(*args)
+    elif cmd == "kafka-setup":
+        return kafka_setup(*args)
     elif cmd == "nats-setup":
         return asyncio.run(nats_setup(*args))
     elif cmd == "nats-teardown":

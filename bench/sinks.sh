@@ -6,7 +6,8 @@
 #   NATS      nats-py JetStream publisher, 1000 acks in flight    bench/raw_clients.py nats
 #   Redis     redis-benchmark XADD, pipelined (-P 100)
 #   RabbitMQ  pika publisher with confirms                        bench/raw_clients.py amqp
-# The relay's figure includes its PostgreSQL claim and settle; the raw clients' do not.
+# The relay's figure includes its PostgreSQL claim and settle; the raw clients' do not. Each Kafka
+# drain, and the raw producer, writes to a topic of its own, created before its clock starts.
 #   bench/sinks.sh [N=50000] [SINKS="null kafka nats redis amqp"]
 # SINKS may also name `null`: the relay's drain to the null sink in `tx` and `lease` mode (and
 # MODES' others), against tx mode's own figure: the ceiling every broker sink's path is bounded by.
@@ -59,6 +60,14 @@ rm -f "$tmp"
 SIZE=$((SIZE - 1))
 drain() {
   seed "$N"
+  local spec=$1
+  if [ "${spec#kafka://}" != "$spec" ]; then
+    # A topic of its own per drain, created before the clock starts: appending to one that
+    # earlier drains filled made later rows slower (Tansu keeps topics in memory).
+    spec="$spec.$(date +%s%N)"
+    $RAW kafka-setup 127.0.0.1:9092 "${spec##*topic=}"
+  fi
+  set -- "$spec" "${@:2}"
   local s e
   s=$(date +%s.%N)
   local summary
@@ -99,6 +108,7 @@ for sink in $SINKS; do
     read -r raw _ < <(drain null tx)
     relay_rows null "$raw" "null sink, vs tx mode to the null sink" "tx lease $(echo " $MODES " | sed 's/ auto / /; s/ tx / /; s/ lease / /')" ;;
   kafka)
+    $RAW kafka-setup 127.0.0.1:9092 "$NAME.raw.$RUN"
     raw=$($RAW kafka 127.0.0.1:9092 "$NAME.raw.$RUN" "$N" "$SIZE")
     relay_rows "kafka://127.0.0.1:9092?topic=$NAME.relay.$RUN" "$raw" \
       "Kafka (Tansu), vs confluent-kafka idempotent producer" ;;

@@ -610,10 +610,6 @@ impl Sink for KafkaSink {
 
     /// The whole batch is handed to the producer and its reports awaited against one deadline,
     /// `--publish-timeout` after the start.
-    fn default_pipeline_depth(&self) -> u32 {
-        1
-    }
-
     fn batch_within_one_timeout(&self) -> bool {
         true
     }
@@ -700,5 +696,14 @@ mod tests {
         let text = err.to_string();
         assert!(!text.contains("SecretCanary42"), "{text}");
         assert!(text.contains("acks"), "{text}");
+    }
+
+    #[test]
+    fn two_batches_are_kept_in_flight_by_default_and_a_batch_is_one_timeout() {
+        // A batch's delivery reports leave the database idle: depth 2 drained 1.26-1.65x depth 1
+        // (README "Broker sinks against their raw clients").
+        let sink = KafkaSink::new("kafka://127.0.0.1:9", &[], Duration::from_secs(5)).unwrap();
+        assert_eq!(sink.default_pipeline_depth(), 2);
+        assert!(sink.batch_within_one_timeout());
     }
 }

@@ -170,9 +170,9 @@ pub trait Sink: Send + Sync {
 
     /// Batches worth keeping in flight at once when `--pipeline-depth` is not given: 2 where a
     /// publish leaves the database idle long enough for the next claim (a broker or HTTP round
-    /// trip); 1 for a local write, which leaves nothing to overlap (two relays to the null sink,
-    /// tx mode: 0.89x at depth 2, bench/results/2026-12-01-1916-ab-drain-depth.log), and for
-    /// Kafka (slower at depth 2, README "Broker sinks").
+    /// trip, a Kafka batch's delivery reports); 1 for a local write, which leaves nothing to
+    /// overlap (two relays to the null sink, tx mode: 0.89x at depth 2,
+    /// bench/results/2026-12-01-1916-ab-drain-depth.log).
     fn default_pipeline_depth(&self) -> u32 {
         2
     }
