@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use sqlx::Connection;
 
 use crate::cli::EditArgs;
-use crate::cmd::events::{id_list, lock, peek, refusal_error, refusals, sorted_ids, Refusal, Seen};
+use crate::cmd::change::{id_list, lock, peek, refusal_error, refusals, sorted_ids, Refusal, Seen};
 use crate::cmd::publish::{has_nul, NUL};
 use crate::config::{self, DbConfig};
 use crate::db::{self, audit::Audit, events::EditPreview, events::EditSpec, events::EventState};

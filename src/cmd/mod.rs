@@ -2,6 +2,7 @@
 //! and returns an exit code.
 
 pub mod bench;
+pub mod change;
 pub mod completions;
 pub mod dead;
 pub mod demo;

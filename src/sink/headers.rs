@@ -27,6 +27,8 @@ pub const MAX_VALUE_BYTES: usize = 4096;
 pub const MAX_TOTAL_BYTES: usize = 16 * 1024;
 /// Header names warned about per sink, at most (then one last WARN says so).
 const MAX_WARNED: usize = 256;
+/// Headers the Kafka sink sets on every record (`KafkaSink::record_headers`).
+pub const KAFKA_RELAY_HEADERS: &[&str] = &["id", "idempotency_key", "event_type"];
 
 /// HTTP framing and hop-by-hop headers (RFC 9110/9112), and routing overrides a receiver or a
 /// proxy may honour. Refused in `--http-header` too.
@@ -162,10 +164,7 @@ impl HeaderPolicy {
     pub fn kafka() -> Self {
         Self {
             transport: "kafka",
-            reserved: super::kafka::RELAY_HEADERS
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            reserved: KAFKA_RELAY_HEADERS.iter().map(|s| s.to_string()).collect(),
             reserved_prefixes: vec![],
             reserved_why: "set by the relay on every record",
             name_ok: |_| true,

@@ -50,8 +50,6 @@ const MANAGED: &[&str] = &[
     "message.timeout.ms",
     "delivery.timeout.ms",
 ];
-/// Headers the relay sets on every message.
-pub const RELAY_HEADERS: &[&str] = &["id", "idempotency_key", "event_type"];
 
 pub struct KafkaSink {
     config: ClientConfig,

@@ -1,0 +1,195 @@
+//! What every change of events by id shares (`events cancel|reschedule` in [`super::events`],
+//! `events edit` in [`super::edit`]): the rows locked in id order, what each id was seen as, and
+//! why one is refused.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::cmd::dead;
+use crate::db::{self, events::EventState};
+use crate::exit::CodedError;
+
+/// Why an event cannot be changed.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Refusal {
+    pub id: i64,
+    /// None when the event does not exist.
+    pub state: Option<EventState>,
+    pub reason: String,
+}
+
+/// What one id looks like to `cancel`/`reschedule`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Seen {
+    Missing,
+    /// Locked by another transaction: a relay (tx mode) publishing it right now.
+    Locked,
+    State(EventState),
+}
+
+/// Why `cancel` refuses an event, or None when it may be deleted.
+pub fn cancel_refusal(seen: Seen, force: bool) -> Option<String> {
+    match seen {
+        Seen::Missing => Some("does not exist".into()),
+        Seen::Locked => Some("is being published by a relay right now (row locked): try again in a moment".into()),
+        Seen::State(EventState::Published) => Some(
+            "is already published, and cancelling cannot unsend it (`outboxctl prune` removes published history)"
+                .into(),
+        ),
+        Seen::State(EventState::InFlight) if !force => Some(
+            "is in flight (leased by a relay): --force cancels it anyway, though that relay may still deliver it once"
+                .into(),
+        ),
+        Seen::State(_) => None,
+    }
+}
+
+/// Why `reschedule` refuses an event, or None when it may be moved.
+pub fn reschedule_refusal(seen: Seen) -> Option<String> {
+    match seen {
+        Seen::Missing => Some("does not exist".into()),
+        Seen::Locked => Some(
+            "is being published by a relay right now (row locked): try again in a moment".into(),
+        ),
+        Seen::State(EventState::Published) => Some("is already published".into()),
+        Seen::State(EventState::Dead) => Some(
+            "is dead-lettered: use `outboxctl requeue ID --delay DURATION` to send it again later"
+                .into(),
+        ),
+        Seen::State(EventState::InFlight) => {
+            Some("is in flight (leased by a relay): reschedule it once the attempt is over".into())
+        }
+        Seen::State(EventState::Ready | EventState::Scheduled) => None,
+    }
+}
+
+pub(crate) fn refusals(
+    ids: &[i64],
+    seen: &HashMap<i64, Seen>,
+    rule: impl Fn(Seen) -> Option<String>,
+) -> Vec<Refusal> {
+    ids.iter()
+        .filter_map(|id| {
+            let s = seen.get(id).copied().unwrap_or(Seen::Missing);
+            rule(s).map(|reason| Refusal {
+                id: *id,
+                state: match s {
+                    Seen::State(st) => Some(st),
+                    _ => None,
+                },
+                reason,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn refusal_error(verb: &str, refused: &[Refusal]) -> CodedError {
+    let items: Vec<String> = refused
+        .iter()
+        .map(|r| format!("event {} {}", r.id, r.reason))
+        .collect();
+    CodedError::usage(format!(
+        "refusing to {verb}, nothing was changed: {}",
+        dead::list_some(&items)
+    ))
+}
+
+/// Sees `ids` without locking (for the preview and the question).
+pub(crate) async fn peek(
+    conn: &mut sqlx::PgConnection,
+    ids: &[i64],
+) -> anyhow::Result<HashMap<i64, Seen>> {
+    Ok(db::events::states(conn, ids)
+        .await?
+        .into_iter()
+        .map(|(id, s)| (id, Seen::State(s)))
+        .collect())
+}
+
+/// Locks `ids` (SKIP LOCKED) and sees them; call inside the transaction that changes them.
+pub(crate) async fn lock(
+    conn: &mut sqlx::PgConnection,
+    ids: &[i64],
+) -> anyhow::Result<HashMap<i64, Seen>> {
+    let mut seen: HashMap<i64, Seen> = db::events::lock_states(conn, ids)
+        .await?
+        .into_iter()
+        .map(|(id, s)| (id, Seen::State(s)))
+        .collect();
+    let not_locked: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|id| !seen.contains_key(id))
+        .collect();
+    if !not_locked.is_empty() {
+        for (id, _) in db::events::states(conn, &not_locked).await? {
+            seen.insert(id, Seen::Locked);
+        }
+    }
+    Ok(seen)
+}
+
+pub(crate) fn sorted_ids(ids: &[i64]) -> Vec<i64> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+pub(crate) fn id_list(ids: &[i64]) -> String {
+    const SHOWN: usize = 20;
+    let mut s = ids
+        .iter()
+        .take(SHOWN)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if ids.len() > SHOWN {
+        s.push_str(&format!(" and {} more", ids.len() - SHOWN));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cancel_rules() {
+        use EventState::*;
+        for (seen, force, ok) in [
+            (Seen::State(Ready), false, true),
+            (Seen::State(Scheduled), false, true),
+            (Seen::State(Dead), false, true),
+            (Seen::State(InFlight), false, false),
+            (Seen::State(InFlight), true, true),
+            (Seen::State(Published), false, false),
+            (Seen::State(Published), true, false),
+            (Seen::Locked, true, false),
+            (Seen::Missing, true, false),
+        ] {
+            assert_eq!(
+                cancel_refusal(seen, force).is_none(),
+                ok,
+                "{seen:?} force={force}"
+            );
+        }
+    }
+
+    #[test]
+    fn reschedule_rules() {
+        use EventState::*;
+        for (seen, ok) in [
+            (Seen::State(Ready), true),
+            (Seen::State(Scheduled), true),
+            (Seen::State(Dead), false),
+            (Seen::State(InFlight), false),
+            (Seen::State(Published), false),
+            (Seen::Locked, false),
+            (Seen::Missing, false),
+        ] {
+            assert_eq!(reschedule_refusal(seen).is_none(), ok, "{seen:?}");
+        }
+    }
+}
