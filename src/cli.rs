@@ -739,9 +739,8 @@ pub struct FilterArgs {
     pub error_regex: Option<String>,
 }
 
-/// `--since`/`--until` values; defined beside the filter they feed, so the SQL layer never needs
-/// a CLI type.
-pub use crate::select::TimeArg;
+/// `--since`/`--until` values; defined in a leaf module, so the SQL layer never needs a CLI type.
+pub use crate::when::TimeArg;
 
 /// Dead letters: list, show, discard and export events the relay gave up on.
 ///

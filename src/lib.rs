@@ -16,6 +16,7 @@ pub mod relay;
 pub mod select;
 pub mod sink;
 pub mod size;
+pub mod when;
 
 use cli::{Cli, Command};
 

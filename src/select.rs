@@ -5,14 +5,7 @@
 
 use crate::cli::FilterArgs;
 use crate::exit::CodedError;
-
-/// A point in time to filter on: absolute, or a duration before the database's `now()` (the SQL
-/// resolves it, so time always comes from the database clock).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeArg {
-    At(chrono::DateTime<chrono::Utc>),
-    Ago(std::time::Duration),
-}
+use crate::when::TimeArg;
 
 /// A validated filter. Every field is bound as a query parameter; the SQL text never varies with
 /// user input, only with which filters are present.

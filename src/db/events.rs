@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::audit::{deleted_row_json, Audit};
 use crate::select::EventFilter;
-use crate::select::TimeArg;
+use crate::when::TimeArg;
 
 /// An event's state, as the relay defines it. Computed in SQL by [`STATE_SQL`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
