@@ -4,7 +4,8 @@
 #   SPECS="tx 1,tx 2,raw" bench/kafka-depth.sh   (comma-separated: "MODE DEPTH" a relay --once
 #                                                 drain; "raw" the confluent-kafka producer)
 # N (100000) events per drain; PRECREATE=1 creates each topic first (4 partitions, empty, with
-# the admin API, as an operator would; otherwise the relay's producer creates it);
+# the admin API, as an operator would; otherwise the relay's producer creates it), SETTLE seconds
+# later (default 0);
 # EXTRA relay flags (e.g. "--kafka-property linger.ms=0"); BATCH (1000); SINK overrides the
 # sink (e.g. null). Binary: OUTBOXCTL_BIN, else ${CARGO_TARGET_DIR:-target}/release/outboxctl.
 # Kafka (Tansu) on 127.0.0.1:9092; PostgreSQL from DATABASE_URL (schema bench_kafkadepth).
@@ -39,6 +40,7 @@ for spec in "${specs[@]}"; do
   else
     seed
     [ -n "${PRECREATE:-}" ] && python3 bench/raw_clients.py kafka-create 127.0.0.1:9092 "$topic"
+    sleep "${SETTLE:-0}"
     s=$(date +%s.%N)
     # shellcheck disable=SC2086
     python3 bench/cpusplit.py $BIN relay --schema $S --once --mode "$1" --pipeline-depth "$2" \
