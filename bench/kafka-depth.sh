@@ -4,13 +4,13 @@
 #   SPECS="tx 1,tx 2,raw" bench/kafka-depth.sh   (comma-separated: "MODE DEPTH" a relay --once
 #                                                 drain; "raw" the confluent-kafka producer)
 # N (100000) events per drain; PRECREATE=1 creates each topic first (4 partitions, empty, with
-# the admin API, as an operator would; otherwise the relay's producer creates it), SETTLE seconds
-# later (default 0);
+# the admin API, as an operator would; otherwise the relay's producer creates it);
 # EXTRA relay flags (e.g. "--kafka-property linger.ms=0"); BATCH (1000); SINK overrides the
 # sink (e.g. null). Binary: OUTBOXCTL_BIN, else ${CARGO_TARGET_DIR:-target}/release/outboxctl.
 # Kafka (Tansu) on 127.0.0.1:9092; PostgreSQL from DATABASE_URL (schema bench_kafkadepth).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 N=${N:-100000}
 BIN=${OUTBOXCTL_BIN:-${CARGO_TARGET_DIR:-target}/release/outboxctl}
 : "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
@@ -23,10 +23,8 @@ $BIN migrate --schema $S >/dev/null
 RUN=$(date +%s)
 cpu=$(mktemp)
 seed() {
-  q -c "TRUNCATE $S.outbox" -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-        SELECT gen_random_uuid(), 'order', 'o-' || (g % 1000), 'order.placed',
-               jsonb_build_object('n', g, 'total', 1200, 'currency', 'USD'), 'k$RUN-' || g
-          FROM generate_series(1, $N) g" -c "VACUUM ANALYZE $S.outbox" >/dev/null
+  q -c "TRUNCATE $S.outbox"
+  bench_seed "$S" "$N" "k$RUN-"
 }
 echo "$(date -u +%FT%TZ) N=$N; load $(cut -d' ' -f1-3 /proc/loadavg); PRECREATE=${PRECREATE:-} EXTRA=${EXTRA:-} BATCH=${BATCH:-1000}"
 IFS=, read -ra specs <<< "${SPECS:-tx 1,tx 2,tx 1,tx 2,raw}"
@@ -40,7 +38,6 @@ for spec in "${specs[@]}"; do
   else
     seed
     [ -n "${PRECREATE:-}" ] && python3 bench/raw_clients.py kafka-create 127.0.0.1:9092 "$topic"
-    sleep "${SETTLE:-0}"
     s=$(date +%s.%N)
     # shellcheck disable=SC2086
     python3 bench/cpusplit.py $BIN relay --schema $S --once --mode "$1" --pipeline-depth "$2" \

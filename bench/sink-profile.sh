@@ -7,6 +7,7 @@
 # Binary: OUTBOXCTL_BIN, else ${CARGO_TARGET_DIR:-target}/release/outboxctl (not built here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 N=${1:-50000}
 MODE=${2:-lease}
 SPEC=$3
@@ -24,10 +25,7 @@ cleanup() {
 trap cleanup EXIT
 q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
 $BIN migrate --schema $S >/dev/null
-q -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-      SELECT gen_random_uuid(), 'order', 'o-' || (g % 1000), 'order.placed',
-             jsonb_build_object('n', g, 'total', 1200, 'currency', 'USD'), 'k-' || g
-        FROM generate_series(1, $N) g" -c "VACUUM ANALYZE $S.outbox" >/dev/null
+bench_seed "$S" "$N"
 s=$(date +%s.%N)
 $BIN relay --schema $S --mode "$MODE" --batch-size 1000 --poll-interval 50ms \
   --metrics-addr 127.0.0.1:18760 --sink "$SPEC" "$@" 2>/dev/null >/dev/null &

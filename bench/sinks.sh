@@ -22,6 +22,7 @@
 # Brokers: Kafka (Tansu) 127.0.0.1:9092, NATS 4222 (JetStream), Redis 6379, RabbitMQ 5672.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 N=${1:-50000}
 SINKS=${2:-null kafka nats redis amqp}
 : "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
@@ -46,10 +47,8 @@ trap cleanup EXIT
 q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
 $BIN migrate --schema $S >/dev/null
 seed() {
-  q -c "TRUNCATE $S.outbox" -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-        SELECT gen_random_uuid(), 'order', 'o-' || (g % 1000), 'order.placed',
-               jsonb_build_object('n', g, 'total', 1200, 'currency', 'USD'), 'k$RUN-' || g
-          FROM generate_series(1, $1) g" -c "VACUUM ANALYZE $S.outbox" >/dev/null
+  q -c "TRUNCATE $S.outbox"
+  bench_seed "$S" "$1" "k$RUN-"
 }
 # The size of one event's document, as the sinks send it.
 seed 1
@@ -62,8 +61,9 @@ drain() {
   seed "$N"
   local spec=$1
   if [ "${spec#kafka://}" != "$spec" ]; then
-    # A topic of its own per drain, created before the clock starts: appending to one that
-    # earlier drains filled made later rows slower (Tansu keeps topics in memory).
+    # A topic of its own per drain, created before the clock starts, as an operator's would be:
+    # when every row wrote to one topic, only the first row's producer created it, and a topic
+    # that exists before the producer starts is often slower (README "Broker sinks").
     spec="$spec.$(date +%s%N)"
     $RAW kafka-setup 127.0.0.1:9092 "${spec##*topic=}"
   fi

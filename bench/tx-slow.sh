@@ -17,6 +17,7 @@
 # Binary: OUTBOXCTL_BIN, else ${CARGO_TARGET_DIR:-target}/release/outboxctl (not built here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 N=${1:-100000}
 DELAYS=${2:-200 900 2500}
 MODES=${3:-tx lease}
@@ -93,10 +94,7 @@ for sink in $SINKS; do
     for mode in $MODES; do
       q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
       $BIN migrate --schema $S >/dev/null
-      q -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-            SELECT gen_random_uuid(), 'order', 'o-' || (g % 1000), 'order.placed',
-                   jsonb_build_object('n', g, 'total', 1200, 'currency', 'USD'), 'k-' || g
-              FROM generate_series(1, $N) g" -c "VACUUM ANALYZE $S.outbox" >/dev/null
+      bench_seed "$S" "$N"
       pids=()
       for _ in 1 2; do
         $BIN relay --schema $S --mode "$mode" --publish-timeout 2s --lease 5s \

@@ -66,7 +66,7 @@ pub async fn once(
     let mut retry_in: Option<Duration> = None;
     loop {
         while end.is_none() && retry_in.is_none() && more && pipe.len() < depth {
-            if !pipe.latest_claim_full() {
+            if !pipe.may_start_another() {
                 break;
             }
             if shutdown.is_cancelled() {
@@ -301,7 +301,7 @@ pub async fn daemon(
             listener = listen(relay, &settings.channel).await;
         }
         let room = if circuit.is_some() { 1 } else { depth };
-        while !stop && pause.is_none() && more && pipe.len() < room && pipe.latest_claim_full() {
+        while !stop && pause.is_none() && more && pipe.len() < room && pipe.may_start_another() {
             if shutdown.is_cancelled() {
                 break;
             }

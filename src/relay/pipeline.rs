@@ -90,7 +90,7 @@ impl<'a> Pipeline<'a> {
 
     /// Whether another step may be started beside those in flight (none in flight: always).
     /// See [`may_start_beside`].
-    pub fn latest_claim_full(&self) -> bool {
+    pub fn may_start_another(&self) -> bool {
         may_start_beside(self.slots.last().map(|s| s.claim), self.last_full)
     }
 

@@ -29,23 +29,33 @@ async fn exit_code(child: &mut Child, within: Duration) -> Option<i32> {
     status.unwrap().code()
 }
 
+/// `cmd | head -2`: the relay (still running or done) and what head printed before it exited.
+fn into_head_2(mut cmd: std::process::Command) -> (std::process::Child, std::process::Output) {
+    let mut relay = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let head = std::process::Command::new("head")
+        .arg("-2")
+        .stdin(relay.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    (relay, head)
+}
+
 #[tokio::test]
 async fn once_into_head_gives_the_batch_back_untouched_and_exits_0() {
-    for mode in ["tx", "lease"] {
+    // Depth 2: the batch claimed beside the one cut off (two claims at once) is given back too.
+    for (mode, depth) in [("tx", "1"), ("lease", "1"), ("tx", "2"), ("lease", "2")] {
+        let mode_depth = format!("{mode} --pipeline-depth {depth}");
+        let mode = mode_depth.as_str();
         let db = TestDb::new().await;
         db.seed_ready(5000).await;
-        let mut relay = db
-            .cmd()
-            .args(["relay", "--once", "--sink", "stdout", "--mode", mode])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let head = std::process::Command::new("head")
-            .arg("-2")
-            .stdin(relay.stdout.take().unwrap())
-            .output()
-            .unwrap();
+        let mut cmd = db.cmd();
+        cmd.args(["relay", "--once", "--sink", "stdout", "--mode"])
+            .args(mode.split(' '));
+        let (relay, head) = into_head_2(cmd);
         let out = relay.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
         let lines: Vec<&str> = std::str::from_utf8(&head.stdout).unwrap().lines().collect();
@@ -69,26 +79,21 @@ async fn once_into_head_gives_the_batch_back_untouched_and_exits_0() {
 
 #[tokio::test]
 async fn a_daemon_on_a_closed_stdout_stops_cleanly() {
-    let db = TestDb::new().await;
-    db.seed_ready(5000).await;
-    let mut relay = db
-        .cmd()
-        .args(["relay", "--sink", "stdout", "--poll-interval", "60s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let head = std::process::Command::new("head")
-        .arg("-2")
-        .stdin(relay.stdout.take().unwrap())
-        .output()
-        .unwrap();
-    assert_eq!(head.stdout.iter().filter(|b| **b == b'\n').count(), 2);
-    assert_eq!(
-        exit_code(&mut relay, Duration::from_secs(20)).await,
-        Some(0)
-    );
-    assert_eq!(touched(&db).await, 0);
+    for depth in ["1", "2"] {
+        let db = TestDb::new().await;
+        db.seed_ready(5000).await;
+        let mut cmd = db.cmd();
+        cmd.args(["relay", "--sink", "stdout", "--poll-interval", "60s"])
+            .args(["--pipeline-depth", depth]);
+        let (mut relay, head) = into_head_2(cmd);
+        assert_eq!(head.stdout.iter().filter(|b| **b == b'\n').count(), 2);
+        assert_eq!(
+            exit_code(&mut relay, Duration::from_secs(20)).await,
+            Some(0),
+            "depth {depth}"
+        );
+        assert_eq!(touched(&db).await, 0, "depth {depth}");
+    }
 }
 
 /// A tmpfs of `size` mounted for the test; unmounted on drop, also when the test fails.
