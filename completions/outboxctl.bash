@@ -1995,7 +1995,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__prune)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --older-than --dead-older-than --processed-older-than --batch-size --sleep --max-duration --max-batches --dry-run --actor --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --older-than --dead-older-than --processed-older-than --audit-older-than --batch-size --sleep --max-duration --max-batches --dry-run --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2026,6 +2026,10 @@ _outboxctl() {
                     return 0
                     ;;
                 --processed-older-than)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --audit-older-than)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

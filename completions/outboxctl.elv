@@ -1077,6 +1077,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --older-than 'Delete events published more than this long ago (database clock), e.g. 7d'
             cand --dead-older-than 'Also delete dead-lettered events dead for longer than this, e.g. 30d. Off by default'
             cand --processed-older-than 'Also delete processed_messages rows (consumer dedup) older than this, e.g. 14d. Off by default; keep it longer than any redelivery can take'
+            cand --audit-older-than 'Also delete audit trail rows (outbox_audit: who requeued, discarded, cancelled, edited or pruned what, and an edit''s old and new payload) written longer ago than this, e.g. 400d. Off by default: without it the audit trail is kept for ever'
             cand --batch-size 'Rows deleted per batch (one short transaction each)'
             cand --sleep 'Pause between batches (throttle), e.g. 50ms'
             cand --max-duration 'Start no batch after this long (the cron window), e.g. 10m'

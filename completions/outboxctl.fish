@@ -930,6 +930,7 @@ transaction\t'A pooler in transaction mode'"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l older-than -d 'Delete events published more than this long ago (database clock), e.g. 7d' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l dead-older-than -d 'Also delete dead-lettered events dead for longer than this, e.g. 30d. Off by default' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l processed-older-than -d 'Also delete processed_messages rows (consumer dedup) older than this, e.g. 14d. Off by default; keep it longer than any redelivery can take' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l audit-older-than -d 'Also delete audit trail rows (outbox_audit: who requeued, discarded, cancelled, edited or pruned what, and an edit\'s old and new payload) written longer ago than this, e.g. 400d. Off by default: without it the audit trail is kept for ever' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l batch-size -d 'Rows deleted per batch (one short transaction each)' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l sleep -d 'Pause between batches (throttle), e.g. 50ms' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand prune" -l max-duration -d 'Start no batch after this long (the cron window), e.g. 10m' -r

@@ -1443,7 +1443,8 @@ pub struct EditArgs {
 /// Deletes rows published more than --older-than ago in ctid batches of --batch-size, each its own
 /// short transaction, with the predicate re-checked in the DELETE itself: a pending or
 /// dead-lettered row is never deleted by --older-than. Optionally also dead letters
-/// (--dead-older-than) and the consumer dedup table processed_messages (--processed-older-than).
+/// (--dead-older-than), the consumer dedup table processed_messages (--processed-older-than)
+/// and the audit trail outbox_audit (--audit-older-than).
 ///
 /// Only one prune runs per schema: an overlapping run exits at once with exit code 4. The lock is
 /// a lease row in the table `outbox_locks` (not a session advisory lock), so it also works behind
@@ -1457,6 +1458,7 @@ pub struct EditArgs {
 /// Examples:
 ///   outboxctl prune --older-than 7d
 ///   outboxctl prune --older-than 7d --dead-older-than 30d --processed-older-than 14d
+///   outboxctl prune --older-than 7d --audit-older-than 400d
 ///   outboxctl prune --older-than 7d --max-duration 10m --sleep 100ms
 #[derive(Debug, Args)]
 #[command(
@@ -1464,7 +1466,7 @@ pub struct EditArgs {
     about = "Delete published events past their retention, in short batches (for cron)"
 )]
 #[command(group(clap::ArgGroup::new("what").required(true).multiple(true)
-    .args(["older_than", "dead_older_than", "processed_older_than"])))]
+    .args(["older_than", "dead_older_than", "processed_older_than", "audit_older_than"])))]
 pub struct PruneArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -1481,6 +1483,12 @@ pub struct PruneArgs {
     /// default; keep it longer than any redelivery can take.
     #[arg(long, env = "OUTBOXCTL_PRUNE_PROCESSED_OLDER_THAN", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub processed_older_than: Option<Duration>,
+
+    /// Also delete audit trail rows (outbox_audit: who requeued, discarded, cancelled, edited or
+    /// pruned what, and an edit's old and new payload) written longer ago than this, e.g. 400d.
+    /// Off by default: without it the audit trail is kept for ever.
+    #[arg(long, env = "OUTBOXCTL_PRUNE_AUDIT_OLDER_THAN", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub audit_older_than: Option<Duration>,
 
     /// Rows deleted per batch (one short transaction each).
     #[arg(long, env = "OUTBOXCTL_PRUNE_BATCH_SIZE", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=100_000))]

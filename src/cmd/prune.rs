@@ -1,5 +1,5 @@
-//! `outboxctl prune`: retention for published events (and optionally dead letters and the
-//! consumer dedup table), built to run from cron beside live relays.
+//! `outboxctl prune`: retention for published events (and optionally dead letters, the
+//! consumer dedup table and the audit trail), built to run from cron beside live relays.
 //!
 //! Why it looks the way it does:
 //! - Batches: each batch is one DELETE statement, so one short transaction holding row locks on at
@@ -35,6 +35,7 @@ enum Target {
     Published,
     Dead,
     Processed,
+    Audit,
 }
 
 impl Target {
@@ -43,6 +44,7 @@ impl Target {
             Target::Published => "published",
             Target::Dead => "dead",
             Target::Processed => "processed_messages",
+            Target::Audit => "audit",
         }
     }
 
@@ -51,6 +53,7 @@ impl Target {
             Target::Published => output::plural(n, "published event", "published events"),
             Target::Dead => output::plural(n, "dead event", "dead events"),
             Target::Processed => output::plural(n, "processed message", "processed messages"),
+            Target::Audit => output::plural(n, "audit row", "audit rows"),
         }
     }
 }
@@ -91,6 +94,8 @@ pub struct PruneReport {
     pub dead: Option<TableReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub processed_messages: Option<TableReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit: Option<TableReport>,
     /// Rows deleted, all tables.
     pub deleted: u64,
     pub batches: u64,
@@ -106,6 +111,7 @@ impl PruneReport {
             Target::Published => self.published.as_mut(),
             Target::Dead => self.dead.as_mut(),
             Target::Processed => self.processed_messages.as_mut(),
+            Target::Audit => self.audit.as_mut(),
         }
     }
 
@@ -114,6 +120,7 @@ impl PruneReport {
             (Target::Published, &self.published),
             (Target::Dead, &self.dead),
             (Target::Processed, &self.processed_messages),
+            (Target::Audit, &self.audit),
         ]
         .into_iter()
         .filter_map(|(t, r)| r.as_ref().map(|r| (t, r)))
@@ -181,6 +188,7 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
             args.processed_older_than,
             "--processed-older-than",
         ),
+        (Target::Audit, args.audit_older_than, "--audit-older-than"),
     ] {
         if let Some(d) = d {
             wanted.push((t, micros(d, flag)?));
@@ -207,6 +215,7 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
         published: None,
         dead: None,
         processed_messages: None,
+        audit: None,
         deleted: 0,
         batches: 0,
         elapsed_ms: 0,
@@ -223,6 +232,7 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
             Target::Published => report.published = r,
             Target::Dead => report.dead = r,
             Target::Processed => report.processed_messages = r,
+            Target::Audit => report.audit = r,
         }
     }
 
@@ -343,6 +353,7 @@ async fn count(
             Target::Published => db::prune::count_published(c, cutoff).await,
             Target::Dead => db::prune::count_dead(c, cutoff).await,
             Target::Processed => db::prune::count_processed(c, cutoff).await,
+            Target::Audit => db::prune::count_audit(c, cutoff).await,
         })
         .await?;
     Ok(n.max(0) as u64)
@@ -416,6 +427,7 @@ async fn prune_locked(
     'tables: for (target, cutoff) in plan {
         let mut from_time: Option<DateTime<Utc>> = None;
         let mut from_tid: Option<String> = None;
+        let mut from_id: Option<i64> = None;
         loop {
             if let Some(r) = should_stop(
                 *stop.borrow(),
@@ -467,6 +479,15 @@ async fn prune_locked(
                         })
                         .await?;
                     from_tid = b.next.or(from_tid);
+                    b.deleted
+                }
+                Target::Audit => {
+                    let b = pin
+                        .run(conn, async |c| {
+                            db::prune::delete_audit(c, *cutoff, from_id, n, audit).await
+                        })
+                        .await?;
+                    from_id = b.next.or(from_id);
                     b.deleted
                 }
             };
@@ -545,6 +566,7 @@ mod tests {
             published: t(1),
             dead: t(2),
             processed_messages: None,
+            audit: None,
             deleted: 3,
             batches: 1,
             elapsed_ms: 1500,

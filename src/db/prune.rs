@@ -1,4 +1,5 @@
-//! Prune statements: one short DELETE per batch (which also counts into the run's audit row), and
+//! Prune statements (published events, dead letters, the consumer dedup table and the audit
+//! trail): one short DELETE per batch (which also counts into the run's audit row), and
 //! the lease that keeps prunes from overlapping.
 //!
 //! Each batch picks at most `n` ctids with a bounded index (or TID range) scan and deletes them in
@@ -207,6 +208,57 @@ pub async fn delete_processed(
     .bind(&audit.actor)
     .bind(&audit.details)
     .bind(audit_path("processed_messages"))
+    .fetch_one(conn)
+    .await?;
+    audit.id = id;
+    Ok(Batch {
+        deleted: deleted as u64,
+        next,
+    })
+}
+
+/// Audit trail rows written before `cutoff`.
+pub async fn count_audit(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM outbox_audit WHERE at < $1")
+        .bind(cutoff)
+        .fetch_one(conn)
+        .await
+}
+
+/// Deletes the audit trail rows written before `cutoff` among the next `n` rows by id after
+/// `from` (a bounded primary-key range: the table has no index on `at`, and ids follow `at` to
+/// within one transaction's length), and counts them into the run's audit row. `next` is the
+/// last id looked at, so a batch that deletes fewer than `n` met a row newer than the cutoff (or
+/// the end): the table is done, and a row older than a newer one before it is left for the next
+/// run. The run's own row is newer than any cutoff (the retention is never zero).
+pub async fn delete_audit(
+    conn: &mut PgConnection,
+    cutoff: DateTime<Utc>,
+    from: Option<i64>,
+    n: u32,
+    audit: &mut PruneAudit,
+) -> sqlx::Result<Batch<i64>> {
+    let (deleted, next, id): (i64, Option<i64>, Option<i64>) = sqlx::query_as(concat!(
+        "WITH w AS (
+             SELECT ctid, id, at FROM outbox_audit
+              WHERE id > coalesce($2::bigint, 0)
+              ORDER BY id
+              LIMIT $3
+         ), d AS (
+             DELETE FROM outbox_audit
+              WHERE ctid = ANY(ARRAY(SELECT ctid FROM w WHERE at < $1))
+                AND at < $1
+             RETURNING id
+         ), n AS (SELECT count(*) AS n, (SELECT max(id) FROM w) AS next FROM d)",
+        prune_audit_tail!()
+    ))
+    .bind(cutoff)
+    .bind(from)
+    .bind(i64::from(n))
+    .bind(audit.id)
+    .bind(&audit.actor)
+    .bind(&audit.details)
+    .bind(audit_path("audit"))
     .fetch_one(conn)
     .await?;
     audit.id = id;

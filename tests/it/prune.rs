@@ -165,6 +165,115 @@ async fn dead_letters_and_processed_messages_go_only_when_asked() {
     );
 }
 
+/// Audit rows by action and whether they are older than 400 days, in id order.
+async fn audit_rows(db: &TestDb) -> Vec<(String, bool)> {
+    sqlx::query_as("SELECT action, at < now() - interval '400 days' FROM outbox_audit ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .expect("audit rows")
+}
+
+#[tokio::test]
+async fn the_audit_trail_goes_only_when_asked_and_only_past_its_retention() {
+    let db = TestDb::new().await;
+    // A real edit (its audit row holds the old and the new payload) and four cancels, then
+    // backdated 500 days; two cancels from yesterday after them.
+    let edited = ready(&db).await;
+    run(
+        &db,
+        &[
+            "events",
+            "edit",
+            &edited.to_string(),
+            "--payload",
+            r#"{"card": "4111"}"#,
+        ],
+        0,
+    );
+    for _ in 0..4 {
+        let id = ready(&db).await;
+        run(&db, &["events", "cancel", &id.to_string(), "--yes"], 0);
+    }
+    db.exec("UPDATE outbox_audit SET at = now() - interval '500 days'")
+        .await;
+    for _ in 0..2 {
+        let id = ready(&db).await;
+        run(&db, &["events", "cancel", &id.to_string(), "--yes"], 0);
+    }
+    db.exec(
+        "UPDATE outbox_audit SET at = now() - interval '1 day' WHERE at > now() - interval '1 hour'",
+    )
+    .await;
+    published(&db, 3, "8 days").await;
+    let old = |rows: &[(String, bool)]| rows.iter().filter(|r| r.1).count();
+    assert_eq!(old(&audit_rows(&db).await), 5);
+
+    // Not asked: the trail stays (the run adds its own row).
+    let v = run_json(&db, &["prune", "--older-than", "7d", "--json"]);
+    assert_eq!(v["published"]["deleted"], 3, "{v}");
+    assert!(v["audit"].is_null(), "{v}");
+    let rows = audit_rows(&db).await;
+    assert_eq!((rows.len(), old(&rows)), (8, 5), "{rows:?}");
+
+    let v = run_json(
+        &db,
+        &["prune", "--audit-older-than", "400d", "--dry-run", "--json"],
+    );
+    assert_eq!(v["audit"]["would_delete"], 5, "{v}");
+    assert_eq!(audit_rows(&db).await.len(), 8, "a dry run deletes nothing");
+
+    // Batches of 2 by id: 2 + 2 + the last old row with the first newer one beside it.
+    let v = run_json(
+        &db,
+        &[
+            "prune",
+            "--audit-older-than",
+            "400d",
+            "--batch-size",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(v["audit"]["deleted"], 5, "{v}");
+    assert_eq!(
+        (v["deleted"].as_u64(), v["batches"].as_u64()),
+        (Some(5), Some(3)),
+        "{v}"
+    );
+    assert!(v["published"].is_null(), "{v}");
+    let rows = audit_rows(&db).await;
+    assert_eq!(
+        rows,
+        [
+            ("cancel".to_owned(), false),
+            ("cancel".to_owned(), false),
+            ("prune".to_owned(), false),
+            ("prune".to_owned(), false),
+        ],
+        "the edit's payloads went with its row; the newer rows and the earlier prune's stay"
+    );
+    let details: serde_json::Value = db
+        .scalar("SELECT details FROM outbox_audit ORDER BY id DESC LIMIT 1")
+        .await;
+    assert_eq!(
+        details["audit"]["deleted"], 5,
+        "the run audits itself: {details}"
+    );
+    assert_eq!(details["stop_reason"], "done", "{details}");
+
+    let out = run(&db, &["prune", "--audit-older-than", "400d"], 0);
+    assert!(
+        stdout(&out).starts_with("prune: deleted 0 audit rows in 1 batch in"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        audit_rows(&db).await.len(),
+        4,
+        "a run that deletes nothing leaves no row"
+    );
+}
+
 #[tokio::test]
 async fn dry_run_counts_and_deletes_nothing() {
     let db = TestDb::new().await;
@@ -438,6 +547,10 @@ async fn bad_arguments_are_refused_before_anything_is_deleted() {
         (vec!["prune"], "--older-than"),
         (vec!["prune", "--older-than", "0s"], "greater than zero"),
         (vec!["prune", "--older-than", "a week"], "not a duration"),
+        (
+            vec!["prune", "--audit-older-than", "0s"],
+            "greater than zero",
+        ),
         (
             vec!["prune", "--older-than", "7d", "--batch-size", "0"],
             "--batch-size",
