@@ -495,25 +495,23 @@ pub async fn is_listening(conn: &mut PgConnection, channel: &str) -> sqlx::Resul
 #[cfg(test)]
 mod tests {
     use super::{first_schema, Pin};
-    use crate::cli::{DatabaseArgs, PoolerArg};
-    use crate::config::DbConfig;
+    use crate::config::{DbConfig, Pooler, Schema};
 
     #[test]
     fn a_pin_opens_each_transaction_with_the_schema_and_the_settings() {
-        let cfg = |pooler| {
-            DbConfig::from_args_pooled(&DatabaseArgs {
-                database_url: Some("postgres://u@h/d".into()),
-                schema: "events".into(),
-                connect_timeout: std::time::Duration::from_secs(1),
-                pooler,
-            })
-            .unwrap()
+        // Built from the config layer's own types: the SQL layer knows no CLI type.
+        let cfg = |pooler| DbConfig {
+            options: "postgres://u@h/d".parse().unwrap(),
+            schema: Schema::parse("events").unwrap(),
+            connect_timeout: std::time::Duration::from_secs(1),
+            pooler,
+            display: "u@h:5432/d".into(),
         };
-        for direct in [PoolerArg::None, PoolerArg::Session] {
+        for direct in [Pooler::None, Pooler::Session] {
             assert!(!Pin::new(&cfg(direct), &[("a", "1".into())]).is_pinned());
         }
         let pin = super::relay_pin(
-            &cfg(PoolerArg::Transaction),
+            &cfg(Pooler::Transaction),
             true,
             std::time::Duration::from_secs(30),
         );
