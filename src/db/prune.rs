@@ -9,7 +9,7 @@
 //! walking again over the index entries of rows already deleted (they stay until VACUUM).
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Postgres};
 use uuid::Uuid;
 
 /// What one batch did.
@@ -95,6 +95,42 @@ fn audit_path(table: &str) -> Vec<String> {
     vec![table.to_owned(), "deleted".to_owned()]
 }
 
+/// Runs one batch statement (its `$1` cutoff, `$2` where to start, `$3` batch size, then
+/// [`prune_audit_tail`]'s parameters) and counts what it deleted under `table` in the run's audit
+/// row.
+async fn batch<K>(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    table: &str,
+    cutoff: DateTime<Utc>,
+    from: Option<K>,
+    n: u32,
+    audit: &mut PruneAudit,
+) -> sqlx::Result<Batch<K>>
+where
+    K: for<'q> sqlx::Encode<'q, Postgres>
+        + for<'r> sqlx::Decode<'r, Postgres>
+        + sqlx::Type<Postgres>
+        + Send
+        + Unpin,
+{
+    let (deleted, next, id): (i64, Option<K>, Option<i64>) = sqlx::query_as(sql)
+        .bind(cutoff)
+        .bind(from)
+        .bind(i64::from(n))
+        .bind(audit.id)
+        .bind(&audit.actor)
+        .bind(&audit.details)
+        .bind(audit_path(table))
+        .fetch_one(conn)
+        .await?;
+    audit.id = id;
+    Ok(Batch {
+        deleted: deleted as u64,
+        next,
+    })
+}
+
 /// Deletes up to `n` events published before `cutoff`, oldest first, starting at `from` (the
 /// previous batch's `next`), and counts them into the run's audit row. Reads a range of
 /// `outbox_published_at_idx`.
@@ -105,8 +141,10 @@ pub async fn delete_published(
     n: u32,
     audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<DateTime<Utc>>> {
-    let (deleted, next, id): (i64, Option<DateTime<Utc>>, Option<i64>) = sqlx::query_as(concat!(
-        "WITH d AS (
+    batch(
+        conn,
+        concat!(
+            "WITH d AS (
              DELETE FROM outbox
               WHERE ctid = ANY(ARRAY(
                         SELECT ctid FROM outbox
@@ -117,22 +155,15 @@ pub async fn delete_published(
                 AND published_at < $1
              RETURNING published_at
          ), n AS (SELECT count(*) AS n, max(published_at) AS next FROM d)",
-        prune_audit_tail!()
-    ))
-    .bind(cutoff)
-    .bind(from)
-    .bind(i64::from(n))
-    .bind(audit.id)
-    .bind(&audit.actor)
-    .bind(&audit.details)
-    .bind(audit_path("published"))
-    .fetch_one(conn)
-    .await?;
-    audit.id = id;
-    Ok(Batch {
-        deleted: deleted as u64,
-        next,
-    })
+            prune_audit_tail!()
+        ),
+        "published",
+        cutoff,
+        from,
+        n,
+        audit,
+    )
+    .await
 }
 
 /// Deletes up to `n` dead letters dead-lettered before `cutoff`, oldest first, starting at `from`,
@@ -145,8 +176,10 @@ pub async fn delete_dead(
     n: u32,
     audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<DateTime<Utc>>> {
-    let (deleted, next, id): (i64, Option<DateTime<Utc>>, Option<i64>) = sqlx::query_as(concat!(
-        "WITH d AS (
+    batch(
+        conn,
+        concat!(
+            "WITH d AS (
              DELETE FROM outbox
               WHERE ctid = ANY(ARRAY(
                         SELECT ctid FROM outbox
@@ -159,22 +192,15 @@ pub async fn delete_dead(
                 AND published_at IS NULL
              RETURNING dead_lettered_at
          ), n AS (SELECT count(*) AS n, max(dead_lettered_at) AS next FROM d)",
-        prune_audit_tail!()
-    ))
-    .bind(cutoff)
-    .bind(from)
-    .bind(i64::from(n))
-    .bind(audit.id)
-    .bind(&audit.actor)
-    .bind(&audit.details)
-    .bind(audit_path("dead"))
-    .fetch_one(conn)
-    .await?;
-    audit.id = id;
-    Ok(Batch {
-        deleted: deleted as u64,
-        next,
-    })
+            prune_audit_tail!()
+        ),
+        "dead",
+        cutoff,
+        from,
+        n,
+        audit,
+    )
+    .await
 }
 
 /// Deletes up to `n` processed_messages rows processed before `cutoff`, walking the heap in ctid
@@ -188,8 +214,10 @@ pub async fn delete_processed(
     n: u32,
     audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<String>> {
-    let (deleted, next, id): (i64, Option<String>, Option<i64>) = sqlx::query_as(concat!(
-        "WITH d AS (
+    batch(
+        conn,
+        concat!(
+            "WITH d AS (
              DELETE FROM processed_messages
               WHERE ctid = ANY(ARRAY(
                         SELECT ctid FROM processed_messages
@@ -199,22 +227,15 @@ pub async fn delete_processed(
                 AND processed_at < $1
              RETURNING ctid
          ), n AS (SELECT count(*) AS n, max(ctid)::text AS next FROM d)",
-        prune_audit_tail!()
-    ))
-    .bind(cutoff)
-    .bind(from)
-    .bind(i64::from(n))
-    .bind(audit.id)
-    .bind(&audit.actor)
-    .bind(&audit.details)
-    .bind(audit_path("processed_messages"))
-    .fetch_one(conn)
-    .await?;
-    audit.id = id;
-    Ok(Batch {
-        deleted: deleted as u64,
-        next,
-    })
+            prune_audit_tail!()
+        ),
+        "processed_messages",
+        cutoff,
+        from,
+        n,
+        audit,
+    )
+    .await
 }
 
 /// Audit trail rows written before `cutoff`.
@@ -238,8 +259,10 @@ pub async fn delete_audit(
     n: u32,
     audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<i64>> {
-    let (deleted, next, id): (i64, Option<i64>, Option<i64>) = sqlx::query_as(concat!(
-        "WITH w AS (
+    batch(
+        conn,
+        concat!(
+            "WITH w AS (
              SELECT ctid, id, at FROM outbox_audit
               WHERE id > coalesce($2::bigint, 0)
               ORDER BY id
@@ -250,22 +273,15 @@ pub async fn delete_audit(
                 AND at < $1
              RETURNING id
          ), n AS (SELECT count(*) AS n, (SELECT max(id) FROM w) AS next FROM d)",
-        prune_audit_tail!()
-    ))
-    .bind(cutoff)
-    .bind(from)
-    .bind(i64::from(n))
-    .bind(audit.id)
-    .bind(&audit.actor)
-    .bind(&audit.details)
-    .bind(audit_path("audit"))
-    .fetch_one(conn)
-    .await?;
-    audit.id = id;
-    Ok(Batch {
-        deleted: deleted as u64,
-        next,
-    })
+            prune_audit_tail!()
+        ),
+        "audit",
+        cutoff,
+        from,
+        n,
+        audit,
+    )
+    .await
 }
 
 /// Who holds a lease.
