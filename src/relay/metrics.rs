@@ -105,6 +105,7 @@ pub fn sink_label(spec: &str) -> &'static str {
         "nats" => "nats",
         "redis" => "redis",
         "amqp" => "amqp",
+        "kafka" => "kafka",
         _ => "other",
     }
 }
@@ -226,6 +227,27 @@ mod tests {
         );
         assert_eq!(sink_label("nats://h:4222?subject=a.{event_type}"), "nats");
         assert_eq!(sink_label("weird"), "other");
+    }
+
+    #[test]
+    fn every_sink_the_relay_builds_has_its_own_label() {
+        // One spec per scheme that `sink::from_spec` accepts: none may fall to "other".
+        for (spec, label) in [
+            ("stdout", "stdout"),
+            ("null", "null"),
+            ("file:/tmp/x", "file"),
+            ("http://h/x", "http"),
+            ("https://h/x", "https"),
+            ("nats://h:4222", "nats"),
+            ("redis://h:6379?stream=s", "redis"),
+            ("amqp://g:g@h:5672/%2f", "amqp"),
+            (
+                "kafka://h1:9092,h2:9092?topic=outbox.{aggregate_type}",
+                "kafka",
+            ),
+        ] {
+            assert_eq!(sink_label(spec), label, "{spec}");
+        }
     }
 
     #[test]
