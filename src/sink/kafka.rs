@@ -23,7 +23,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use rdkafka::config::RDKafkaLogLevel;
@@ -67,13 +67,43 @@ pub struct KafkaSink {
 }
 
 /// What librdkafka's callbacks tell the sink.
-#[derive(Default)]
 struct State {
     /// A fatal error was raised, or a whole batch timed out: the producer is replaced before the
     /// next batch.
     rebuild: AtomicBool,
+    /// The current producer has had a delivery acknowledged (false again for each new one).
+    delivered: AtomicBool,
+    /// When the current producer was created.
+    born: Mutex<Instant>,
     /// The last broker connection problem (error callback), for timeout messages and WARNs.
     last_problem: Mutex<Option<(RDKafkaErrorCode, String)>>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            rebuild: AtomicBool::new(false),
+            delivered: AtomicBool::new(false),
+            born: Mutex::new(Instant::now()),
+            last_problem: Mutex::new(None),
+        }
+    }
+}
+
+/// How long a new producer that has not delivered anything yet is kept through whole batches
+/// timing out: its handshake (connection, API versions, metadata, the idempotent producer id:
+/// several round trips) may take longer than one `--publish-timeout` on a slow link, and a new
+/// producer would start it again.
+const FRESH_PRODUCER_GRACE: Duration = Duration::from_secs(60);
+
+/// Whether a whole batch timing out replaces the producer: when it has delivered before (its
+/// idempotence session with the broker may be lost, as in a broker restart), or when it is past
+/// [`FRESH_PRODUCER_GRACE`] without delivering anything (it may be wedged the same way); not
+/// while a new producer may still be connecting. Measured through 900 ms of latency with a 2 s
+/// `--publish-timeout`: replacing it every time delivered nothing in 25 s (four new producers,
+/// none through its handshake).
+fn rebuild_after_timeout(delivered: bool, age: Duration) -> bool {
+    delivered || age >= FRESH_PRODUCER_GRACE
 }
 
 #[derive(Clone)]
@@ -314,6 +344,8 @@ impl KafkaSink {
         if self.state.rebuild.swap(false, Ordering::SeqCst) {
             match create(&self.config, &self.state, &[]) {
                 Ok(p) => {
+                    self.state.delivered.store(false, Ordering::SeqCst);
+                    *self.state.born.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     tracing::info!(
                         sink = "kafka",
                         "a new Kafka producer takes over (the last one hit a fatal error or a whole batch timed out)"
@@ -390,7 +422,11 @@ impl KafkaSink {
                 }
                 SinkError::retryable(message)
             }
-            C::Fatal => {
+            // The producer's idempotence session is over (fatal, or fenced by the broker after
+            // an epoch bump that lost the race with its own in-flight requests, seen through
+            // 900 ms of latency): the producer's fault, not the event's. A new one takes over,
+            // and no attempt is counted.
+            C::Fatal | C::ProducerFenced => {
                 self.state.rebuild.store(true, Ordering::SeqCst);
                 SinkError::unavailable(message)
             }
@@ -590,6 +626,7 @@ impl Sink for KafkaSink {
             }
         }
         if outcomes.iter().any(|o| matches!(o, Outcome::Published)) {
+            self.state.delivered.store(true, Ordering::SeqCst);
             *self
                 .state
                 .last_problem
@@ -600,8 +637,22 @@ impl Sink for KafkaSink {
             // has to bump its epoch with the broker, which a broker that lost its state in a
             // restart may never let it do (seen with Tansu: every later message times out too).
             // A new producer starts a new idempotence session; nothing is lost, the rows are
-            // given back.
-            self.state.rebuild.store(true, Ordering::SeqCst);
+            // given back. Not a producer that may still be connecting: see
+            // [`rebuild_after_timeout`].
+            let age = self
+                .state
+                .born
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed();
+            if rebuild_after_timeout(self.state.delivered.load(Ordering::SeqCst), age) {
+                self.state.rebuild.store(true, Ordering::SeqCst);
+            } else {
+                tracing::debug!(
+                    sink = "kafka",
+                    "a batch timed out on a producer that has not delivered yet: kept (it may still be connecting)"
+                );
+            }
         }
         outcomes
     }
@@ -667,6 +718,44 @@ mod tests {
         assert!(e.contains("enable.idempotence"), "{e}");
         let e = parse_properties(&["sasl.password".into()]).unwrap_err();
         assert!(e.contains("KEY=VALUE"), "{e}");
+    }
+
+    #[test]
+    fn a_fenced_producer_is_the_producers_fault_and_is_replaced() {
+        // No broker is contacted: the producer connects in the background.
+        let sink = KafkaSink::new("kafka://127.0.0.1:1?topic=t", &[], Duration::from_secs(2))
+            .expect("sink");
+        for (code, unavailable, rebuild) in [
+            (RDKafkaErrorCode::ProducerFenced, true, true),
+            (RDKafkaErrorCode::Fatal, true, true),
+            (RDKafkaErrorCode::MessageTimedOut, true, false),
+            (RDKafkaErrorCode::MessageSizeTooLarge, false, false),
+        ] {
+            sink.state.rebuild.store(false, Ordering::SeqCst);
+            let e = sink.classify("t", &KafkaError::MessageProduction(code));
+            assert_eq!(
+                matches!(e, SinkError::Unavailable { .. }),
+                unavailable,
+                "{code:?}: {e:?}"
+            );
+            assert_eq!(
+                sink.state.rebuild.load(Ordering::SeqCst),
+                rebuild,
+                "{code:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_timed_out_batch_replaces_only_a_producer_that_delivered_or_is_past_its_grace() {
+        let s = Duration::from_secs;
+        assert!(rebuild_after_timeout(true, s(0)), "a session that worked");
+        assert!(
+            !rebuild_after_timeout(false, s(5)),
+            "may still be connecting"
+        );
+        assert!(!rebuild_after_timeout(false, FRESH_PRODUCER_GRACE - s(1)));
+        assert!(rebuild_after_timeout(false, FRESH_PRODUCER_GRACE), "wedged");
     }
 
     #[test]

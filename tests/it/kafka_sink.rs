@@ -12,6 +12,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::common::{capture, signal, stderr, stdout, wait_until, TestDb};
+use crate::net_delay::NetDelay;
 
 const KAFKA: &str = "127.0.0.1:9092";
 
@@ -431,6 +432,11 @@ impl Drop for Broker {
 }
 
 pub(crate) async fn start_broker(port: u16) -> Broker {
+    start_broker_advertised(port, port).await
+}
+
+/// A Tansu on `port` that tells its clients to reach it on `advertised` (a proxy in front).
+async fn start_broker_advertised(port: u16, advertised: u16) -> Broker {
     let url = format!("tcp://127.0.0.1:{port}");
     let child = Command::new(tansu_bin())
         .args([
@@ -438,7 +444,7 @@ pub(crate) async fn start_broker(port: u16) -> Broker {
             "--listener-url",
             &url,
             "--advertised-listener-url",
-            &url,
+            &format!("tcp://127.0.0.1:{advertised}"),
         ])
         .args(["--storage-engine", "memory://tansu/"])
         .stdout(Stdio::null())
@@ -453,6 +459,74 @@ pub(crate) async fn start_broker(port: u16) -> Broker {
     })
     .await;
     broker
+}
+
+/// A broker far away: a Tansu of this test's own behind [`NetDelay`] (a test double of the
+/// network, not of the broker), every reply 400 ms late, with a `--publish-timeout` of 2 s. A new
+/// producer's handshake (connection, API versions, metadata, the idempotent producer id) takes
+/// longer than one publish timeout over such a link, so the first batch times out whole. Replacing
+/// the producer then (as after a broker restart) started the handshake again each time, and nothing
+/// was ever delivered (seen: 0 of 2000 in 15 s, three new producers). The producer is kept while it
+/// may still be connecting, and the drain completes with no attempt counted against the events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_a_publish() {
+    const EVENTS: i64 = 600;
+    let kport = crate::common::port(18610);
+    let proxy = NetDelay::start(&format!("127.0.0.1:{kport}"), Duration::from_millis(400)).await;
+    let _broker = start_broker_advertised(kport, proxy.port).await;
+    let db = TestDb::new().await;
+    db.seed_ready(EVENTS).await;
+    let topic = prefix();
+    let mut relay = Relays(vec![db
+        .cmd()
+        .args(["relay", "--sink"])
+        .arg(format!("kafka://127.0.0.1:{}?topic={topic}", proxy.port))
+        .args([
+            "--batch-size",
+            "200",
+            "--publish-timeout",
+            "2s",
+            "--lease",
+            "10s",
+        ])
+        .args(["--poll-interval", "100ms", "-v"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn relay")]);
+    let log = capture(relay.0[0].stderr.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while published(&db).await < EVENTS {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {EVENTS} published through the slow link\n{}",
+            published(&db).await,
+            log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (attempts, dead): (i32, i64) = sqlx::query_as(
+        "SELECT max(attempt_count), count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) FROM outbox",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (attempts, dead),
+        (1, 0),
+        "timeouts of a connecting producer count no attempt"
+    );
+    // Read back through the proxy, off the runtime's threads (the proxy runs on them).
+    let bootstrap = format!("127.0.0.1:{}", proxy.port);
+    let records =
+        tokio::task::spawn_blocking(move || read_all(&bootstrap, &[topic], EVENTS as usize))
+            .await
+            .unwrap();
+    let ids: HashSet<i64> = records
+        .iter()
+        .map(|r| r.doc()["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), EVENTS as usize, "every event on the broker");
 }
 
 /// The broker stopped (killed) and started again during a drain. Tansu keeps its log in memory,
