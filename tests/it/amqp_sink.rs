@@ -107,3 +107,91 @@ async fn an_unroutable_message_is_retried_not_lost() {
         .await;
     assert_eq!(untouched, 2);
 }
+
+/// A broker far away: the real RabbitMQ behind [`crate::net_delay::NetDelay`] (a test double of
+/// the network, not of the broker), every reply 500 ms late, with a `--publish-timeout` of 2 s.
+/// The connection handshake (AMQP header, start, tune, open, a channel, confirms: five round
+/// trips) takes longer than one publish timeout over such a link. The attempt was dropped at each
+/// publish's timeout and begun again at the next, so none ever finished; it now goes on in the
+/// background across publishes, and the drain completes with no attempt counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_a_publish() {
+    const EVENTS: i64 = 40;
+    let proxy =
+        crate::net_delay::NetDelay::start("127.0.0.1:5672", std::time::Duration::from_millis(500))
+            .await;
+    let db = TestDb::new().await;
+    db.seed_ready(EVENTS).await;
+    let queue = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
+    let conn = Connection::connect(AMQP, ConnectionProperties::default())
+        .await
+        .expect("rabbitmq on 127.0.0.1:5672");
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(
+        queue.as_str().into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let mut relay = db
+        .cmd()
+        .args(["relay", "--sink"])
+        .arg(format!(
+            "amqp://guest:guest@127.0.0.1:{}/%2f?routing_key={queue}",
+            proxy.port
+        ))
+        .args([
+            "--publish-timeout",
+            "2s",
+            "--lease",
+            "10s",
+            "--poll-interval",
+            "100ms",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn relay");
+    let published = || async {
+        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+            .await
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while published().await < EVENTS && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = relay.kill();
+    let _ = relay.wait();
+    assert_eq!(published().await, EVENTS, "published through the slow link");
+    let (attempts, dead): (i32, i64) = sqlx::query_as(
+        "SELECT max(attempt_count), count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) FROM outbox",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (attempts, dead),
+        (1, 0),
+        "a connecting sink counts no attempt"
+    );
+    let q = ch
+        .queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        q.message_count() >= EVENTS as u32,
+        "{} on the queue",
+        q.message_count()
+    );
+    ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+}
