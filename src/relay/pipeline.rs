@@ -91,7 +91,11 @@ impl<'a> Pipeline<'a> {
     /// Whether another step may be started beside those in flight (none in flight: always).
     /// See [`may_start_beside`].
     pub fn may_start_another(&self) -> bool {
-        may_start_beside(self.slots.last().map(|s| s.claim), self.last_full)
+        may_start_beside(
+            self.slots.last().map(|s| s.claim),
+            self.last_full,
+            !self.relay.sink.keeps_key_order(),
+        )
     }
 
     /// Rows the steps in flight have claimed, or may still claim (their limit, until the claim
@@ -167,11 +171,13 @@ impl<'a> Pipeline<'a> {
 /// before it came back full, so a deep backlog keeps two claims running at once, on two
 /// connections, instead of one after the other (tx mode to null at depth 2: 66-74k events/s
 /// against 53-58k, README "Pipelining"); at the start and after a short claim, one at a time.
-fn may_start_beside(newest: Option<Option<ClaimNotice>>, last_full: bool) -> bool {
+/// Never two claims at once without `overlap` (a sink that keeps a key's order:
+/// [`crate::sink::Sink::keeps_key_order`]).
+fn may_start_beside(newest: Option<Option<ClaimNotice>>, last_full: bool, overlap: bool) -> bool {
     match newest {
         None => true,
         Some(Some(claim)) => claim.full,
-        Some(None) => last_full,
+        Some(None) => overlap && last_full,
     }
 }
 
@@ -264,22 +270,29 @@ mod tests {
             rows: 7,
             full: false,
         };
-        assert!(may_start_beside(None, false), "nothing in flight");
+        assert!(may_start_beside(None, false, true), "nothing in flight");
         assert!(
-            may_start_beside(Some(Some(full)), false),
+            may_start_beside(Some(Some(full)), false, true),
             "the newest came back full"
         );
         assert!(
-            !may_start_beside(Some(Some(short)), true),
+            !may_start_beside(Some(Some(short)), true, true),
             "the newest came back short"
         );
         assert!(
-            may_start_beside(Some(None), true),
+            may_start_beside(Some(None), true, true),
             "running, after a full claim"
         );
         assert!(
-            !may_start_beside(Some(None), false),
+            !may_start_beside(Some(None), false, true),
             "running, at the start or after a short one"
+        );
+        // A sink that keeps a key's order: beside a returned full claim, never a running one.
+        assert!(may_start_beside(None, false, false));
+        assert!(may_start_beside(Some(Some(full)), false, false));
+        assert!(
+            !may_start_beside(Some(None), true, false),
+            "two claims at once would interleave their rows"
         );
     }
 }

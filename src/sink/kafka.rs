@@ -663,6 +663,10 @@ impl Sink for KafkaSink {
         true
     }
 
+    fn keeps_key_order(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> String {
         self.display.clone()
     }
