@@ -8,22 +8,43 @@ use crate::common::{stderr, stdout, TestDb};
 
 const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
-#[tokio::test]
-async fn publishes_confirmed_persistent_messages_with_the_dedup_id() {
-    let db = TestDb::new().await;
-    db.seed_ready(15).await;
-    let queue = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
+/// How many messages `queue` holds (a passive declare).
+async fn message_count(ch: &lapin::Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap()
+    .message_count()
+}
+
+/// A connection to the shared RabbitMQ, with `queue` declared on its channel.
+async fn with_queue(queue: &str) -> (Connection, lapin::Channel) {
     let conn = Connection::connect(AMQP, ConnectionProperties::default())
         .await
         .expect("rabbitmq on 127.0.0.1:5672");
     let ch = conn.create_channel().await.unwrap();
     ch.queue_declare(
-        queue.as_str().into(),
+        queue.into(),
         QueueDeclareOptions::default(),
         FieldTable::default(),
     )
     .await
     .unwrap();
+    (conn, ch)
+}
+
+#[tokio::test]
+async fn publishes_confirmed_persistent_messages_with_the_dedup_id() {
+    let db = TestDb::new().await;
+    db.seed_ready(15).await;
+    let queue = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
+    let (_conn, ch) = with_queue(&queue).await;
 
     let out = db
         .cmd()
@@ -43,18 +64,8 @@ async fn publishes_confirmed_persistent_messages_with_the_dedup_id() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["published"], 15);
-    let q = ch
-        .queue_declare(
-            queue.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(q.message_count(), 15);
+    let count = message_count(&ch, &queue).await;
+    assert_eq!(count, 15);
     let msg = ch
         .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
         .await
@@ -123,17 +134,7 @@ async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_
     let db = TestDb::new().await;
     db.seed_ready(EVENTS).await;
     let queue = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
-    let conn = Connection::connect(AMQP, ConnectionProperties::default())
-        .await
-        .expect("rabbitmq on 127.0.0.1:5672");
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(
-        queue.as_str().into(),
-        QueueDeclareOptions::default(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    let (_conn, ch) = with_queue(&queue).await;
     let mut relay = db
         .cmd()
         .args(["relay", "--sink"])
@@ -164,33 +165,14 @@ async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_
     let _ = relay.kill();
     let _ = relay.wait();
     assert_eq!(published().await, EVENTS, "published through the slow link");
-    let (attempts, dead): (i32, i64) = sqlx::query_as(
-        "SELECT max(attempt_count), count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) FROM outbox",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let (attempts, dead) = crate::fixtures::max_attempts_and_dead(&db).await;
     assert_eq!(
         (attempts, dead),
         (1, 0),
         "a connecting sink counts no attempt"
     );
-    let q = ch
-        .queue_declare(
-            queue.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    assert!(
-        q.message_count() >= EVENTS as u32,
-        "{} on the queue",
-        q.message_count()
-    );
+    let count = message_count(&ch, &queue).await;
+    assert!(count >= EVENTS as u32, "{} on the queue", count);
     ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
         .await
         .unwrap();

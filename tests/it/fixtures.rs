@@ -185,3 +185,14 @@ pub fn deliveries(paths: &[&std::path::Path]) -> std::collections::HashMap<i64, 
     }
     seen
 }
+
+/// The highest attempt count of the outbox and how many of its rows are dead letters: what a
+/// fault that is the sink's, not the events', must leave at (1, 0) after a drain.
+pub async fn max_attempts_and_dead(db: &TestDb) -> (i32, i64) {
+    sqlx::query_as(
+        "SELECT max(attempt_count), count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) FROM outbox",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .expect("attempts and dead letters")
+}

@@ -505,12 +505,7 @@ async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (attempts, dead): (i32, i64) = sqlx::query_as(
-        "SELECT max(attempt_count), count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) FROM outbox",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let (attempts, dead) = crate::fixtures::max_attempts_and_dead(&db).await;
     assert_eq!(
         (attempts, dead),
         (1, 0),
