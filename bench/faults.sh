@@ -8,7 +8,7 @@
 #        3000; FILTERs (test names, e.g. faults::scenarios::kafka_down_and_frozen) run only those)
 # Needs what the tests need (see .ci/run): PostgreSQL on 5432, pgbouncer, faketime, nats-server,
 # redis-server, rabbitmq-server; runs as root (its own PG cluster, a tmpfs). Own instances use
-# ports 18340-18346, so scenarios can run side by side (FAULTS_THREADS, default 4).
+# ports 18340-18350, so scenarios can run side by side (FAULTS_THREADS, default 4).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-10000}

@@ -19,7 +19,8 @@ trap 'rm -rf "$TMP"; psql -q "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $OUTBOXCT
 sql() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 -c "SET search_path TO $OUTBOXCTL_SCHEMA; $1"; }
 measure() { # name, command...
   local name=$1; shift
-  /usr/bin/time -f "%M %e %x" -o "$TMP/time" "$@" >/dev/null 2>"$TMP/err" || true
+  # Through a pipe: the stdout sink refuses a stdout that is /dev/null.
+  { /usr/bin/time -f "%M %e %x" -o "$TMP/time" "$@" 2>"$TMP/err" || true; } | cat >/dev/null
   read -r kib secs rc <"$TMP/time"
   printf '%-8s max RSS %5d MiB  wall %6.2fs  exit %s\n' "$name" $((kib / 1024)) "$secs" "$rc"
 }

@@ -8,7 +8,7 @@ late by DELAY, not DELAY each one after the other).
   net_delay.py LISTEN_PORT UPSTREAM_HOST:PORT DELAY_MS [--both]
 
 --both delays the client's bytes too (a round trip then costs 2 x DELAY). A client that closes
-its side closes the upstream connection, and the other way round. Used by bench/tx-slow.sh.
+its side closes the upstream connection, and the other way round. Used by bench/experiments/tx-slow.sh.
 """
 import asyncio
 import sys

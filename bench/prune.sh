@@ -12,6 +12,8 @@
 #   bench/prune.sh                          # 5M published, 10k pending
 #   RELAYS=2 BACKLOG=200000 bench/prune.sh  # with two relays publishing during the prune
 #   PUBLISHED=1000000 bench/prune.sh        # smaller
+#   STALE=1 PUBLISHED=100000 bench/prune.sh # statistics from before a drain (issue 22 item 10):
+#                                           # ANALYZE while every row is pending, then publish
 #
 # Needs: PostgreSQL reachable as a superuser (DATABASE_URL, default the test database), psql, cargo.
 set -euo pipefail
@@ -23,6 +25,7 @@ PUBLISHED=${PUBLISHED:-5000000}
 BACKLOG=${BACKLOG:-10000}
 RELAYS=${RELAYS:-0}
 BATCH=${BATCH:-5000}
+STALE=${STALE:-0}
 
 psql_() { psql "$URL" -v ON_ERROR_STOP=1 -X -q "$@"; }
 
@@ -58,12 +61,20 @@ psql_ -c "SET search_path TO $SCHEMA" -c "
       SELECT '00000000-0000-0000-0000-000000000001', 'order', 'p-' || g, 'order.placed', '{}', 'pending-' || g
         FROM generate_series(1, $BACKLOG) g" \
   -c "VACUUM ANALYZE outbox"
+if [ "$STALE" = 1 ]; then
+  echo "== stale statistics: ANALYZE while the rows are pending, then publish them (autovacuum off)"
+  psql_ -c "SET search_path TO $SCHEMA" -c "ALTER TABLE outbox SET (autovacuum_enabled = false)" \
+    -c "UPDATE outbox SET published_at = NULL WHERE published_at IS NOT NULL" -c "ANALYZE outbox" \
+    -c "UPDATE outbox SET published_at = available_at + interval '50 ms'
+         WHERE idempotency_key NOT LIKE 'pending-%'"
+fi
 psql_ -At -c "SET search_path TO $SCHEMA" -c "
   SELECT format('heap %s, outbox_published_at_idx %s, rows %s',
                 pg_size_pretty(pg_relation_size('outbox')),
                 pg_size_pretty(pg_relation_size('outbox_published_at_idx')),
                 (SELECT count(*) FROM outbox))"
 
+# The batch statement as db::prune::DELETE_PUBLISHED writes it (keep the two in step).
 echo "== plan of one batch (rolled back)"
 psql_ -c "SET search_path TO $SCHEMA" -c "BEGIN" -c "
   EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
@@ -75,7 +86,7 @@ psql_ -c "SET search_path TO $SCHEMA" -c "BEGIN" -c "
                     AND published_at >= '-infinity'::timestamptz
                   ORDER BY published_at
                   LIMIT $BATCH))
-         AND published_at < now() - interval '7 days'
+         AND (published_at < now() - interval '7 days') IS TRUE
       RETURNING published_at)
   SELECT count(*), max(published_at) FROM d" -c "ROLLBACK"
 

@@ -25,6 +25,8 @@ pub const VERSION: &str = concat!(
 ///
 /// A service writes its business rows and an `outbox` row in one transaction; outboxctl does
 /// everything after that.
+///
+/// Example: outboxctl demo (the whole tool in a scratch schema; needs only PostgreSQL)
 #[derive(Debug, Parser)]
 #[command(
     name = "outboxctl",
@@ -244,12 +246,12 @@ pub struct PublishArgs {
     #[arg(long, env = "OUTBOXCTL_TENANT", value_name = "UUID")]
     pub tenant: Option<String>,
 
-    /// Payload as JSON, or @PATH to read it from a file.
+    /// Payload as JSON, or @PATH to read it from a file, or @- to read it from stdin.
     #[arg(
         long,
         env = "OUTBOXCTL_PAYLOAD",
         required_unless_present = "file",
-        value_name = "JSON|@PATH"
+        value_name = "JSON|@PATH|@-"
     )]
     pub payload: Option<String>,
 
@@ -293,8 +295,10 @@ pub struct PublishArgs {
 ///
 /// Claims ready rows with FOR UPDATE SKIP LOCKED, publishes them, marks them published, retries
 /// failures with capped exponential backoff and jitter, and dead-letters after --max-attempts.
-/// Delivery is at least once with a stable dedup id (the idempotency key); there is no ordering
-/// guarantee. Any number of relays may run at once, including `--once` beside a daemon.
+/// Delivery is at least once with a stable dedup id (the idempotency key). Events are not
+/// ordered unless `outboxctl ordering enable` switches on per-key order for their aggregate type
+/// (in the database, for every relay). Any number of relays may run at once, including `--once`
+/// beside a daemon.
 ///
 /// Exit codes with --once: 0 done, whatever the events' outcomes: also when events were retried
 /// or dead-lettered (a dead letter is handled, parked for `outboxctl dead`; alert on the
@@ -303,6 +307,10 @@ pub struct PublishArgs {
 /// connection or a server restart is reconnected); 5 the sink failed every publish attempt of the run, or was
 /// unavailable (the rows were given back untouched), or (also as a daemon) a local consumer read
 /// slower than the lease allows.
+///
+/// Signals: SIGTERM or SIGINT stops claiming and finishes the publishes in flight (a second one
+/// exits at once); SIGHUP makes the file sink reopen its path, for logrotate (rename the file,
+/// then `kill -HUP`: the next batch goes to the new file), and is otherwise ignored.
 ///
 /// Examples:
 ///
@@ -314,7 +322,8 @@ pub struct RelayArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Where to publish: stdout, null, file:PATH, http(s)://URL,
+    /// Where to publish: stdout (refused, exit 2, when stdout is /dev/null or closed: null
+    /// discards events on purpose), null, file:PATH, http(s)://URL,
     /// nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or
     /// redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams), or
     /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ), or
@@ -362,8 +371,8 @@ pub struct RelayArgs {
     /// Batches in flight at once (1-4): the next batch is claimed while the previous one
     /// publishes, when that one's claim came back full. 1 claims, publishes and settles one batch
     /// after another. A relay killed mid-batch re-sends at most this many batches [default: 2;
-    /// 1 for stdout, file and null (a local write leaves nothing to overlap) and kafka://
-    /// (measured slower at 2)].
+    /// 1 for stdout, file and null (a local write leaves nothing to overlap)]. For kafka:// the
+    /// next claim waits until the previous one has returned, so a key's events keep their order.
     // 4: the relay's MAX_PIPELINE_DEPTH (a test in cmd::relay keeps them equal; clap types import
     // nothing of the layers below).
     #[arg(long, env = "OUTBOXCTL_PIPELINE_DEPTH", value_parser = clap::value_parser!(u32).range(1..=4), value_name = "N")]
@@ -518,11 +527,15 @@ pub struct StatsCheckArgs {
     #[arg(long, env = "OUTBOXCTL_STATS_CHECK", value_parser = FalseyValueParser::new())]
     pub check: bool,
 
-    /// WARNING when the oldest pending event (by created_at) is older than this, e.g. 1m.
+    /// WARNING when the lag is longer than this, e.g. 1m. The lag is how late the most overdue
+    /// pending event is: a ready event counts from when it fell due (available_at); one waiting
+    /// for a retry, or being retried, from when it first fell due (taken as its created_at: for
+    /// an event published with a delay that has since failed, the delay counts too); one
+    /// scheduled for later and never tried does not count.
     #[arg(long, env = "OUTBOXCTL_WARN_LAG", value_parser = parse_duration, value_name = "DURATION", requires = "check")]
     pub warn_lag: Option<Duration>,
 
-    /// CRITICAL when the oldest pending event (by created_at) is older than this, e.g. 5m.
+    /// CRITICAL when the lag (see --warn-lag) is longer than this, e.g. 5m.
     #[arg(long, env = "OUTBOXCTL_CRIT_LAG", value_parser = parse_duration, value_name = "DURATION", requires = "check")]
     pub crit_lag: Option<Duration>,
 
@@ -587,9 +600,12 @@ pub struct StatsCheckArgs {
 /// Checks: migrations; each index and the NOTIFY trigger (present, valid); dead tuples, table and
 /// index bloat, last (auto)vacuum and analyze, autovacuum settings; the xmin horizon (transactions,
 /// prepared transactions and replication slots holding back vacuum); relay daemons connected; dead
-/// letters and retrying events; the oldest pending event; whether prune runs; and, when given the
-/// relay's settings, whether they contradict each other or the sink (a NATS stream's duplicate
-/// window shorter than the retry horizon). Reads only.
+/// letters and retrying events; the lag (the most overdue event); whether prune runs; and, when
+/// given the relay's settings, whether they contradict each other or the sink (a NATS stream's
+/// duplicate window shorter than the retry horizon). Reads only.
+///
+/// Every check that can run does: one whose reads fail (a missing privilege, someone else's
+/// `outbox` table) is a FAIL with the database's reason, in the text and in --json.
 ///
 /// Exit codes: 0 every check passed, 1 a warning (and no failure), 2 a failure, 3 the database
 /// could not be reached.
@@ -600,11 +616,12 @@ pub struct DoctorArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// WARN when the oldest pending event (by created_at) is older than this.
+    /// WARN when the lag is longer than this: how late the most overdue pending event is, as
+    /// `stats --check` counts it (an event scheduled for later and never tried is not late).
     #[arg(long, env = "OUTBOXCTL_DOCTOR_WARN_LAG", default_value = "5m", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub warn_lag: Duration,
 
-    /// FAIL when the oldest pending event (by created_at) is older than this.
+    /// FAIL when the lag (see --warn-lag) is longer than this.
     #[arg(long, env = "OUTBOXCTL_DOCTOR_CRIT_LAG", default_value = "1h", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub crit_lag: Duration,
 
@@ -784,7 +801,7 @@ pub struct DeadListArgs {
 }
 
 /// A dead letter in full: every column, payload and headers pretty-printed, the whole
-/// last_error, and its requeue history.
+/// last_error, and its audit history (requeues, edits, reschedules).
 ///
 /// Example: outboxctl dead show 4711
 #[derive(Debug, Args)]
@@ -794,7 +811,7 @@ pub struct DeadShowArgs {
 }
 
 /// Any event in full, whatever its state: every column, payload and headers pretty-printed, the
-/// whole last_error, and its requeue history.
+/// whole last_error, and its audit history (requeues, edits, reschedules).
 ///
 /// Example: outboxctl events show 4711 --json
 #[derive(Debug, Args)]
@@ -1060,6 +1077,8 @@ pub enum OnDeadArg {
 /// Switch ordered delivery on, for every aggregate type or the named ones (or change --on-dead).
 ///
 /// Running relays honour it within 1 s; rows they claimed before are published as claimed.
+///
+/// Example: outboxctl ordering enable --aggregate-type order --aggregate-type invoice --on-dead block
 #[derive(Debug, Args)]
 pub struct OrderingEnableArgs {
     #[command(flatten)]
@@ -1091,6 +1110,8 @@ pub struct OrderingEnableArgs {
 
 /// Switch ordered delivery off, for the named aggregate types or (without --aggregate-type)
 /// entirely.
+///
+/// Example: outboxctl ordering disable --aggregate-type invoice
 #[derive(Debug, Args)]
 pub struct OrderingDisableArgs {
     #[command(flatten)]
@@ -1118,6 +1139,8 @@ pub struct OrderingDisableArgs {
 }
 
 /// Which aggregate types are ordered, their --on-dead, and how many keys are blocked.
+///
+/// Example: outboxctl ordering status --json
 #[derive(Debug, Args)]
 pub struct OrderingStatusArgs {
     #[command(flatten)]
@@ -1388,8 +1411,9 @@ pub struct EditArgs {
     #[arg(required = true, value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
     pub ids: Vec<i64>,
 
-    /// The new payload as JSON, or @PATH to read it from a file (replaces the whole payload).
-    #[arg(long, env = "OUTBOXCTL_EDIT_PAYLOAD", value_name = "JSON|@PATH")]
+    /// The new payload as JSON, or @PATH to read it from a file, or @- from stdin (replaces the
+    /// whole payload).
+    #[arg(long, env = "OUTBOXCTL_EDIT_PAYLOAD", value_name = "JSON|@PATH|@-")]
     pub payload: Option<String>,
 
     /// Set a header (repeatable): --set-header schema-version=2. In the environment variable,

@@ -9,6 +9,8 @@ use sqlx::postgres::PgConnectOptions;
 use crate::cli::{AuditArgs, DatabaseArgs};
 use crate::exit::CodedError;
 
+pub mod url_params;
+
 /// A validated schema name: an identifier we quote ourselves, never pasted raw into SQL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schema(String);
@@ -125,7 +127,14 @@ pub struct DbConfig {
     pub pooler: Pooler,
     /// "user@host:port/database", for messages; never holds the password.
     pub display: String,
+    /// Where the connection settings came from, for `-v`: [`FROM_URL`] or [`FROM_PG_VARIABLES`].
+    pub source: &'static str,
 }
+
+/// [`DbConfig::source`] when `--database-url`/`DATABASE_URL` gave the settings.
+pub const FROM_URL: &str = "--database-url/DATABASE_URL";
+/// [`DbConfig::source`] when libpq's variables did (no URL given).
+pub const FROM_PG_VARIABLES: &str = "the PG* variables (PGHOST, PGPORT, PGUSER, PGDATABASE)";
 
 impl DbConfig {
     /// The settings of a command that needs a session of its own: `--pooler transaction` is
@@ -144,7 +153,13 @@ impl DbConfig {
     /// requeue): each of its statements goes through [`crate::db::Pin`].
     pub fn from_args_pooled(args: &DatabaseArgs) -> Result<Self, CodedError> {
         let schema = Schema::parse(&args.schema)?;
-        let options = match args.database_url.as_deref().map(str::trim) {
+        let url = args.database_url.as_deref().map(str::trim);
+        let source = if url.is_some_and(|u| !u.is_empty()) {
+            FROM_URL
+        } else {
+            FROM_PG_VARIABLES
+        };
+        let options = match url {
             // Like libpq, only postgres:// and postgresql:// URLs. sqlx would take any scheme and
             // read e.g. `user:secret@host` as a path, i.e. a database named after the password.
             Some(url) if !url.is_empty() && !is_postgres_url(url) => {
@@ -153,13 +168,16 @@ impl DbConfig {
                     redact_url(url)
                 )))
             }
-            Some(url) if !url.is_empty() => PgConnectOptions::from_str(url).map_err(|e| {
+            Some(url) if !url.is_empty() => {
+                url_params::check_or_usage(url, &redact_url(url))?;
+                PgConnectOptions::from_str(url).map_err(|e| {
                 CodedError::usage(format!(
                     "invalid --database-url/DATABASE_URL `{}`: {}",
                     redact_url(url),
                     redact_text(&e.to_string(), url)
                 ))
-            })?,
+                })?
+            }
             // libpq fallback: sqlx reads PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE.
             _ => PgConnectOptions::new(),
         };
@@ -192,6 +210,7 @@ impl DbConfig {
             connect_timeout: args.connect_timeout,
             pooler,
             display,
+            source,
         })
     }
 }
@@ -212,8 +231,9 @@ pub fn redact_url(url: &str) -> String {
             let pairs: Vec<(String, String)> = u
                 .query_pairs()
                 .map(|(k, v)| {
-                    let secret =
-                        k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("sslpassword");
+                    let secret = k.eq_ignore_ascii_case("password")
+                        || k.eq_ignore_ascii_case("sslpassword")
+                        || k.eq_ignore_ascii_case("oauth_client_secret");
                     (
                         k.into_owned(),
                         if secret {

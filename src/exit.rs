@@ -1,49 +1,118 @@
-//! Exit codes: the contract scripts and cron wrappers rely on, in one place (README "Exit codes").
+//! Exit codes: the contract scripts and cron wrappers rely on, in one place. Each constant is
+//! declared once, through [`exit_codes!`], which also lists it in [`TABLES`]: the reference page
+//! docs/reference/exit-codes.md is generated from those tables.
 
 use std::process::ExitCode;
 
-/// Success.
-pub const OK: u8 = 0;
-/// A failure not covered below.
-pub const FAILURE: u8 = 1;
-/// Bad usage or bad input (flags, JSON lines, ids): nothing was changed.
-pub const USAGE: u8 = 2;
-/// The database could not be reached (or rejected the login).
-pub const DATABASE: u8 = 3;
-/// Another run holds the lock (e.g. an overlapping `prune` from cron).
-pub const LOCKED: u8 = 4;
-/// `relay`: the sink failed: every publish of a `--once` run failed, the sink was unavailable
-/// during a `--once` run (rows given back untouched), or a local consumer stalled.
-pub const SINK: u8 = 5;
-/// `migrate --check`: migrations are pending (or seed-era tables wait to be adopted, or there is
-/// no outbox yet): run `outboxctl migrate`.
-pub const MIGRATIONS_PENDING: u8 = 6;
-/// Stopped by SIGINT or SIGTERM before finishing (`demo`; the relay's second signal), after
-/// cleaning up what could be cleaned up.
-pub const INTERRUPTED: u8 = 130;
+/// One documented exit code, as [`TABLES`] lists it (docs/reference/exit-codes.md is generated
+/// from these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Code {
+    /// The constant's name, e.g. `SINK`.
+    pub name: &'static str,
+    pub code: u8,
+    /// The constant's doc comment: what the code means.
+    pub doc: &'static str,
+}
+
+/// A group of exit codes and the commands it applies to.
+#[derive(Debug, Clone, Copy)]
+pub struct Table {
+    /// The commands these codes belong to (the page's heading), e.g. `` `stats --check` ``.
+    pub applies_to: &'static str,
+    /// Where the constants live, e.g. `exit::nagios`.
+    pub path: &'static str,
+    /// How the table relates to the others.
+    pub note: &'static str,
+    pub codes: &'static [Code],
+}
+
+/// Declares the constants and, from the same lines, the table that lists them: a code's number
+/// and its meaning are written once, and the reference page cannot leave one out.
+macro_rules! exit_codes {
+    ($table:ident; $( $(#[doc = $doc:expr])+ $name:ident = $value:expr; )+) => {
+        $( $(#[doc = $doc])+ pub const $name: u8 = $value; )+
+        /// Every constant of this module, in order.
+        pub const $table: &[$crate::exit::Code] = &[
+            $( $crate::exit::Code { name: stringify!($name), code: $name, doc: concat!($($doc, "\n"),+) }, )+
+        ];
+    };
+}
+
+exit_codes! {
+    CODES;
+    /// Success.
+    OK = 0;
+    /// A failure not covered below.
+    FAILURE = 1;
+    /// Bad usage or bad input (flags, JSON lines, ids): nothing was changed.
+    USAGE = 2;
+    /// The database could not be reached (or rejected the login).
+    DATABASE = 3;
+    /// Another run holds the lock (e.g. an overlapping `prune` from cron).
+    LOCKED = 4;
+    /// `relay`: the sink failed: every publish of a `--once` run failed, the sink was unavailable
+    /// during a `--once` run (rows given back untouched), or a local consumer stalled.
+    SINK = 5;
+    /// `migrate --check`: migrations are pending (or seed-era tables wait to be adopted, or there is
+    /// no outbox yet): run `outboxctl migrate`.
+    MIGRATIONS_PENDING = 6;
+    /// Stopped by SIGINT or SIGTERM before finishing (`demo`; the relay's second signal), after
+    /// cleaning up what could be cleaned up.
+    INTERRUPTED = 130;
+}
+
+/// Every exit-code table: the general codes, then the commands that replace them.
+pub const TABLES: &[Table] = &[
+    Table {
+        applies_to: "All commands",
+        path: "exit",
+        note: "Unless a table below replaces them for its command.",
+        codes: CODES,
+    },
+    Table {
+        applies_to: "`stats --check`",
+        path: "exit::nagios",
+        note: "The Nagios plugin exit codes; they replace the general ones for `stats --check`: \
+               every error there, bad arguments included, is UNKNOWN (3).",
+        codes: nagios::CODES,
+    },
+    Table {
+        applies_to: "`doctor`",
+        path: "exit::doctor",
+        note: "The worst check decides. A database that cannot be reached is still DATABASE (3).",
+        codes: doctor::CODES,
+    },
+];
 
 /// The Nagios plugin exit codes of `stats --check`, which replace the general ones above for that
-/// command (README "Exit codes"): every error there, bad arguments included, is [`nagios::UNKNOWN`].
+/// command (docs/reference/exit-codes.md): every error there, bad arguments included, is [`nagios::UNKNOWN`].
 pub mod nagios {
-    /// Every threshold is met.
-    pub const OK: u8 = 0;
-    /// A warning threshold is exceeded (and no critical one).
-    pub const WARNING: u8 = 1;
-    /// A critical threshold is exceeded.
-    pub const CRITICAL: u8 = 2;
-    /// The state could not be determined: the database unreachable, bad arguments, any error.
-    pub const UNKNOWN: u8 = 3;
+    exit_codes! {
+        CODES;
+        /// Every threshold is met.
+        OK = 0;
+        /// A warning threshold is exceeded (and no critical one).
+        WARNING = 1;
+        /// A critical threshold is exceeded.
+        CRITICAL = 2;
+        /// The state could not be determined: the database unreachable, bad arguments, any error.
+        UNKNOWN = 3;
+    }
 }
 
 /// The exit codes of `outboxctl doctor`: the worst check decides. A database that cannot be
 /// reached is still [`DATABASE`] (3).
 pub mod doctor {
-    /// Every check passed.
-    pub const PASS: u8 = 0;
-    /// At least one check warned, none failed.
-    pub const WARN: u8 = 1;
-    /// At least one check failed.
-    pub const FAIL: u8 = 2;
+    exit_codes! {
+        CODES;
+        /// Every check passed.
+        PASS = 0;
+        /// At least one check warned, none failed.
+        WARN = 1;
+        /// At least one check failed.
+        FAIL = 2;
+    }
 }
 
 /// An error that carries its exit code. Anything else maps to [`FAILURE`].

@@ -8,8 +8,10 @@ pub mod cmd;
 pub mod config;
 pub mod confirm;
 pub mod db;
+pub mod docs;
 pub mod event;
 pub mod exit;
+pub mod json;
 pub mod logging;
 pub mod output;
 pub mod relay;
@@ -54,5 +56,6 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Completions(_) => unreachable!("handled above"),
         }
         .map_err(db::explain_pooler)
+        .map_err(db::explain_privilege)
     })
 }

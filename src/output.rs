@@ -102,6 +102,47 @@ fn longest_word(content: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// Text from the database made safe to print on a terminal: every control character (C0, DEL
+/// and C1: what moves the cursor, clears the screen, retitles the window or hides what follows)
+/// is written as its Rust escape (`\u{1b}`, `\u{7}`, `\n`, `\t`, `\u{9b}`), everything else
+/// kept. Every human-readable output passes the database's text through this (or
+/// [`escape_lines`]) on its way to the terminal; `--json` keeps the original characters (serde
+/// escapes them).
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// [`escape_controls`] for text shown over several lines (an error in `events show`, pretty JSON):
+/// its line breaks stay line breaks, every other control character is escaped.
+pub fn escape_lines(text: &str) -> String {
+    text.split('\n')
+        .map(escape_controls)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Adds a row of cells holding text from the database, each passed through [`escape_controls`]
+/// (a table cell is one value: a line break in it is escaped too).
+pub fn add_row<S: AsRef<str>>(t: &mut Table, cells: impl IntoIterator<Item = S>) {
+    t.add_row(
+        cells
+            .into_iter()
+            .map(|c| escape_controls(c.as_ref()).into_owned())
+            .collect::<Vec<_>>(),
+    );
+}
+
 /// Prints a table followed by a newline on stdout.
 pub fn print_table(t: &Table) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -224,6 +265,20 @@ pub fn human_duration(d: std::time::Duration) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        let evil = "a\u{1b}[2J\u{1b}]0;pwned\u{7}b\u{9b}31m\u{7f}\tc\nd é → 🙂 \\ \"";
+        assert_eq!(
+            super::escape_controls(evil),
+            "a\\u{1b}[2J\\u{1b}]0;pwned\\u{7}b\\u{9b}31m\\u{7f}\\tc\\nd é → 🙂 \\ \""
+        );
+        assert_eq!(super::escape_lines("x\u{1b}\ny\r"), "x\\u{1b}\ny\\r");
+        assert!(matches!(
+            super::escape_controls("plain"),
+            std::borrow::Cow::Borrowed("plain")
+        ));
+    }
+
     use super::*;
 
     #[test]

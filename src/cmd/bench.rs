@@ -19,7 +19,7 @@ use crate::relay::daemon::DaemonSettings;
 use crate::relay::{Backoff, Mode, Relay, RelayConfig};
 use crate::sink::{Event, Outcome, PublishCtl, Sink};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct BenchReport {
     pub server: String,
     pub cpus: usize,
@@ -38,7 +38,7 @@ pub struct BenchReport {
     pub prune: Option<Prune>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Rate {
     pub events: u64,
     pub seconds: f64,
@@ -56,7 +56,7 @@ impl Rate {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Drain {
     #[serde(flatten)]
     pub rate: Rate,
@@ -64,7 +64,7 @@ pub struct Drain {
     pub peak_rss_mib: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Latency {
     pub events: u64,
     /// Offered rate (events/s); 0 for the delayed test.
@@ -74,7 +74,7 @@ pub struct Latency {
     pub max_ms: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Prune {
     #[serde(flatten)]
     pub rate: Rate,
@@ -650,4 +650,12 @@ fn print_human(r: &BenchReport, args: &BenchArgs) -> anyhow::Result<()> {
         ]);
     }
     output::print_table(&t)
+}
+
+/// The `--json` output of `bench` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    vec![crate::docs::json::Output::of::<BenchReport>(
+        "bench --json",
+        "",
+    )]
 }

@@ -11,7 +11,7 @@ use crate::db::{self, events::EventState};
 use crate::exit::CodedError;
 
 /// Why an event cannot be changed.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct Refusal {
     pub id: i64,
     /// None when the event does not exist.

@@ -122,8 +122,9 @@ pub(crate) async fn history(
 }
 
 /// What `dead discard` and `requeue` print with --json.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub(crate) struct BatchReport<'a> {
+    /// Run with `--dry-run`: nothing was changed.
     pub dry_run: bool,
     /// Dead events selected.
     pub matched: u64,
@@ -134,7 +135,9 @@ pub(crate) struct BatchReport<'a> {
     pub discarded: Option<u64>,
     /// Selected, but no longer dead when their batch ran (requeued or discarded by someone else).
     pub skipped: u64,
+    /// Statements (transactions) it took.
     pub batches: u64,
+    /// Milliseconds the run took.
     pub elapsed_ms: u64,
     /// The ids changed (not with --dry-run).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -291,15 +294,16 @@ async fn export(args: DeadExportArgs) -> anyhow::Result<u8> {
     Ok(OK)
 }
 
-/// One line of `dead export`: exactly the keys `publish --file` accepts.
-#[derive(Debug, Serialize)]
+/// One line of `dead export`: exactly the keys `publish --file` accepts, payload and headers as
+/// the stored JSON text (so `publish --file` inserts the same digits).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct PublishLine<'a> {
     event_type: &'a str,
     aggregate_type: &'a str,
     aggregate_id: &'a str,
     tenant_id: uuid::Uuid,
-    payload: &'a serde_json::Value,
-    headers: &'a serde_json::Value,
+    payload: &'a crate::json::JsonText,
+    headers: &'a crate::json::JsonText,
     idempotency_key: &'a str,
 }
 
@@ -446,4 +450,25 @@ pub(crate) async fn apply(
     pb.finish_and_clear();
     done.sort_unstable();
     Ok(Applied { ids: done, batches })
+}
+
+/// The `--json` outputs of `dead` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    use crate::docs::json::Output;
+    vec![
+        Output::of::<view::EventList<'static>>("dead list --json", "Newest dead first."),
+        Output::of::<view::EventDetail<'static>>("dead show --json", ""),
+        Output::lines_of::<PublishLine<'static>>(
+            "dead export",
+            "JSON lines, always (no `--json`): the keys `publish --file` accepts.",
+        ),
+        Output::lines_of::<EventRow>(
+            "dead export --format full",
+            "JSON lines: every column, for analysis.",
+        ),
+        Output::of::<BatchReport<'static>>(
+            "dead discard --json",
+            "With `--dry-run`, `events` lists what would be discarded and `ids` is absent.",
+        ),
+    ]
 }

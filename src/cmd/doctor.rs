@@ -15,7 +15,7 @@ use crate::db::{self, doctor as sql, migrate::State};
 use crate::output;
 
 /// A check's verdict. Ordered: the worst decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Status {
     Pass,
@@ -42,7 +42,7 @@ impl Status {
 }
 
 /// One line of the report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Check {
     /// Stable, for scripts: `migrations`, `index:outbox_ready_idx`, `xmin_horizon`, ...
     pub name: String,
@@ -66,7 +66,7 @@ fn check(
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Report {
     pub schema: String,
     pub status: Status,
@@ -215,8 +215,8 @@ fn print_human(r: &Report) -> anyhow::Result<()> {
         output::print_line(format_args!(
             "{}  {}: {}",
             c.status.as_str(),
-            c.name,
-            c.message
+            output::escape_controls(&c.name),
+            output::escape_controls(&c.message)
         ))?;
     }
     output::print_line(format_args!(
@@ -246,8 +246,41 @@ fn mib(bytes: i64) -> String {
     }
 }
 
-/// Runs every check that applies. Without an outbox table only the migrations, the xmin horizon
-/// and the settings are checked.
+/// What a read for a check returned: the figures, or the reason it failed (the database's
+/// message, e.g. `permission denied for table outbox_audit`).
+type Read<T> = Result<T, String>;
+
+fn read<T, E: Into<anyhow::Error>>(r: Result<T, E>) -> Read<T> {
+    r.map_err(|e| format!("{:#}", e.into()))
+}
+
+/// A check that could not run: FAIL, with the reason, so that one failing read (a foreign
+/// `outbox` table, a missing privilege) never hides the other checks.
+fn could_not_check(name: impl Into<String>, reason: &str) -> Check {
+    check(
+        name,
+        Status::Fail,
+        format!("could not check: {reason}"),
+        json!({ "error": reason }),
+    )
+}
+
+/// `judge(value)`, or [`could_not_check`] when the read failed.
+fn judged<T>(name: &str, r: &Read<T>, judge: impl FnOnce(&T) -> Check) -> Check {
+    match r {
+        Ok(v) => judge(v),
+        Err(e) => could_not_check(name, e),
+    }
+}
+
+/// The first failure of several reads.
+fn first_error<'a>(errors: impl IntoIterator<Item = Option<&'a String>>) -> Option<&'a String> {
+    errors.into_iter().flatten().next()
+}
+
+/// Runs every check that applies; a check whose reads fail is FAIL with the reason, and the
+/// others still run. Without an outbox table only the migrations, the xmin horizon and the
+/// settings are checked.
 pub async fn diagnose(
     conn: &mut sqlx::PgConnection,
     cfg: &DbConfig,
@@ -255,63 +288,93 @@ pub async fn diagnose(
 ) -> anyhow::Result<Vec<Check>> {
     let mut out = Vec::new();
     let now = db::stats::now(conn).await?;
-    let migrations = db::migrate::status(conn, &cfg.schema)
-        .await
-        .context("reading the migrations")?;
-    let applied: Vec<i64> = migrations
-        .iter()
-        .filter(|m| m.applied)
-        .map(|m| m.version)
-        .collect();
-    out.push(migrations_check(&migrations, cfg.schema.name()));
+    let migrations = read(
+        db::migrate::status(conn, &cfg.schema)
+            .await
+            .context("reading the migrations"),
+    );
+    // Unknown migrations: judge what exists as if every one were applied.
+    let applied: Vec<i64> = match &migrations {
+        Ok(m) => m.iter().filter(|m| m.applied).map(|m| m.version).collect(),
+        Err(_) => db::migrate::MIGRATOR.iter().map(|m| m.version).collect(),
+    };
+    out.push(judged("migrations", &migrations, |m| {
+        migrations_check(m, cfg.schema.name())
+    }));
     let exists = sql::outbox_exists(conn).await?;
     if exists {
-        let indexes = sql::indexes(conn).await?;
-        out.extend(index_checks(&indexes, &applied));
-        if applied.contains(&db::migrate::ORDERING_SCHEMA) {
-            let ordered = db::ordering::any_enabled(conn).await?;
-            out.extend(key_index_check(&indexes, ordered));
+        let indexes = read(sql::indexes(conn).await);
+        match &indexes {
+            Ok(i) => out.extend(index_checks(i, &applied)),
+            Err(e) => out.push(could_not_check("indexes", e)),
         }
-        out.push(trigger_check(sql::notify_trigger(conn).await?, &applied));
-        let table = sql::table(conn).await?;
-        out.push(dead_tuples_check(&table, now));
-        out.push(analyze_check(&table, now));
-        out.push(table_bloat_check(&table));
-        out.push(index_bloat_check(&indexes));
-        out.push(autovacuum_check(
-            &table,
-            &sql::autovacuum_settings(conn).await?,
-        ));
+        if applied.contains(&db::migrate::ORDERING_SCHEMA) {
+            let ordered = read(db::ordering::any_enabled(conn).await);
+            match (&indexes, &ordered) {
+                (Ok(i), Ok(o)) => out.extend(key_index_check(i, *o)),
+                (Err(_), _) => {} // reported as `indexes`
+                (_, Err(e)) => out.push(could_not_check(
+                    format!("index:{}", db::ordering::KEY_INDEX),
+                    e,
+                )),
+            }
+        }
+        let trigger = read(sql::notify_trigger(conn).await);
+        out.push(judged("trigger:outbox_notify_insert", &trigger, |t| {
+            trigger_check(t.clone(), &applied)
+        }));
+        let table = read(sql::table(conn).await);
+        out.push(judged("dead_tuples", &table, |t| dead_tuples_check(t, now)));
+        out.push(judged("analyze", &table, |t| analyze_check(t, now)));
+        out.push(judged("table_bloat", &table, table_bloat_check));
+        out.push(judged("index_bloat", &indexes, |i| index_bloat_check(i)));
+        let settings = read(sql::autovacuum_settings(conn).await);
+        out.push(match (&table, &settings) {
+            (Ok(t), Ok(g)) => autovacuum_check(t, g),
+            (Err(e), _) | (_, Err(e)) => could_not_check("autovacuum", e),
+        });
     }
-    out.push(horizon_check(&sql::horizon_holders(conn).await?, s));
+    let holders = read(sql::horizon_holders(conn).await);
+    out.push(judged("xmin_horizon", &holders, |h| horizon_check(h, s)));
     if exists {
-        let stats = crate::cmd::stats::collect(conn, cfg.schema.name(), None).await?;
-        let ends = sql::published_ends(conn).await?;
-        let relays = sql::relay_sessions(conn, &cfg.schema.channel()).await?;
-        out.push(relays_check(
-            &relays,
-            &stats.total,
-            ends.newest,
-            now,
-            &cfg.schema.channel(),
-        ));
-        out.push(dead_letters_check(&sql::dead_letters(conn).await?, now));
+        let stats = read(crate::cmd::stats::collect(conn, cfg.schema.name(), None).await);
+        let ends = read(sql::published_ends(conn).await);
+        let relays = read(sql::relay_sessions(conn, &cfg.schema.channel()).await);
+        out.push(match (&relays, &stats, &ends) {
+            (Ok(r), Ok(st), Ok(e)) => {
+                relays_check(r, &st.total, e.newest, now, &cfg.schema.channel())
+            }
+            (r, st, e) => could_not_check(
+                "relays",
+                first_error([r.as_ref().err(), st.as_ref().err(), e.as_ref().err()])
+                    .expect("one read failed"),
+            ),
+        });
+        let dead = read(sql::dead_letters(conn).await);
+        out.push(judged("dead_letters", &dead, |d| {
+            dead_letters_check(d, now)
+        }));
         let lease_limit = s.relay.as_ref().map_or(LONG_LEASE, |r| r.lease * 2);
-        out.push(blocked_check(
-            &sql::blocked(conn, lease_limit.as_secs_f64()).await?,
-            lease_limit,
-        ));
-        out.push(ordering_blocked_check(
-            db::ordering::blocked_if_migrated(conn).await?.as_ref(),
-            now,
-        ));
-        out.push(oldest_pending_check(&stats.total, s));
-        let last_prune = if sql::table_exists(conn, "outbox_audit").await? {
-            sql::last_prune(conn).await?
-        } else {
-            None
+        let blocked = read(sql::blocked(conn, lease_limit.as_secs_f64()).await);
+        out.push(judged("blocked", &blocked, |b| {
+            blocked_check(b, lease_limit)
+        }));
+        let ordering = read(db::ordering::blocked_if_migrated(conn).await);
+        out.push(judged("ordering_blocked", &ordering, |b| {
+            ordering_blocked_check(b.as_ref(), now)
+        }));
+        out.push(judged("oldest_pending", &stats, |st| {
+            oldest_pending_check(&st.total, s)
+        }));
+        let last_prune = match read(sql::table_exists(conn, "outbox_audit").await) {
+            Ok(true) => read(sql::last_prune(conn).await),
+            Ok(false) => Ok(None),
+            Err(e) => Err(e),
         };
-        out.push(prune_check(ends.oldest, last_prune, now, s.retention));
+        out.push(match (&ends, &last_prune) {
+            (Ok(e), Ok(p)) => prune_check(e.oldest, *p, now, s.retention),
+            (Err(e), _) | (_, Err(e)) => could_not_check("prune", e),
+        });
     }
     if let Some(relay) = &s.relay {
         out.push(lease_check(relay));
@@ -899,23 +962,33 @@ fn ordering_blocked_check(b: Option<&db::ordering::Blocked>, now: DateTime<Utc>)
     )
 }
 
+/// The lag: how late the most overdue pending event is (`late_since!` in `db`), so an event
+/// scheduled for later that was never tried never trips it.
 fn oldest_pending_check(t: &crate::cmd::stats::Figures, s: &Settings) -> Check {
-    let age = Duration::from_secs_f64(t.oldest_pending_age_seconds.max(0.0));
-    let details = json!({ "oldest_pending_age_seconds": t.oldest_pending_age_seconds,
+    let lag = Duration::from_secs_f64(t.oldest_pending_lag_seconds.max(0.0));
+    let details = json!({ "lag_seconds": t.oldest_pending_lag_seconds,
+                          "oldest_pending_age_seconds": t.oldest_pending_age_seconds,
                           "warn_seconds": s.warn_lag.as_secs_f64(), "crit_seconds": s.crit_lag.as_secs_f64() });
     let pending = t.ready + t.scheduled + t.in_flight;
     if pending == 0 {
         return check("oldest_pending", Status::Pass, "nothing pending", details);
     }
-    let text = format!("created {} ago ({} pending)", secs(age), pending);
-    if age > s.crit_lag {
+    let text = if lag.is_zero() {
+        format!("nothing is late ({pending} pending, none of them due yet)")
+    } else {
+        format!(
+            "the most overdue event is {} late ({pending} pending)",
+            secs(lag)
+        )
+    };
+    if lag > s.crit_lag {
         check(
             "oldest_pending",
             Status::Fail,
             format!("{text}, longer than --crit-lag {}", secs(s.crit_lag)),
             details,
         )
-    } else if age > s.warn_lag {
+    } else if lag > s.warn_lag {
         check(
             "oldest_pending",
             Status::Warn,
@@ -1089,6 +1162,14 @@ pub fn fill_placeholders(template: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The `--json` output of `doctor` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    vec![crate::docs::json::Output::of::<Report>(
+        "doctor --json",
+        "Each check's `details` is an object of its own figures (they differ by check).",
+    )]
 }
 
 #[cfg(test)]

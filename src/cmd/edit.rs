@@ -18,6 +18,7 @@ use crate::cmd::publish::{has_nul, NUL};
 use crate::config::{self, DbConfig};
 use crate::db::{self, audit::Audit, events::EditPreview, events::EditSpec, events::EventState};
 use crate::exit::{CodedError, FAILURE, OK};
+use crate::json::JsonText;
 use crate::output;
 
 /// Why `edit` refuses an event, or None when it may be changed.
@@ -47,13 +48,9 @@ pub fn spec_of(args: &EditArgs) -> Result<EditSpec, CodedError> {
     let payload = match args.payload.as_deref() {
         None => None,
         Some(raw) => {
-            let text = match raw.strip_prefix('@') {
-                Some(path) => std::fs::read_to_string(path).map_err(|e| {
-                    CodedError::usage(format!("cannot read --payload file {path}: {e}"))
-                })?,
-                None => raw.to_owned(),
-            };
-            serde_json::from_str::<Value>(&text)
+            let text = super::payload_arg(raw)?;
+            // Checked without converting numbers: the text goes to PostgreSQL as it is.
+            crate::json::validate(&text)
                 .map_err(|e| CodedError::usage(format!("--payload is not valid JSON: {e}")))?;
             if has_nul(&text) {
                 return Err(CodedError::usage(format!("--payload {NUL}")));
@@ -115,14 +112,14 @@ pub fn spec_of(args: &EditArgs) -> Result<EditSpec, CodedError> {
 }
 
 /// One event's values, as `--json` shows them before and after.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct Values<'a> {
     event_type: &'a str,
-    headers: &'a Value,
-    payload: &'a Value,
+    headers: &'a JsonText,
+    payload: &'a JsonText,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct EditedRow<'a> {
     id: i64,
     state: EventState,
@@ -134,7 +131,7 @@ struct EditedRow<'a> {
     after: Values<'a>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct EditReport<'a> {
     dry_run: bool,
     /// Edited (with --dry-run: would be edited), with their values before and after.
@@ -207,7 +204,9 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
             })?;
         } else {
             for p in &previews {
-                output::print_line(render_diff(p, spec.requeue).trim_end())?;
+                output::print_line(output::escape_lines(
+                    render_diff(p, spec.requeue).trim_end(),
+                ))?;
             }
             output::print_summary(format_args!(
                 "would edit {what}: {} (dry run: nothing changed)",
@@ -254,10 +253,10 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
         let unchanged = previews.iter().filter(|p| !changed(p)).count() as u64;
         let mut line = format!(
             "edited {what}{}: {}",
-            if spec.requeue {
-                " and requeued them"
-            } else {
-                ""
+            match (spec.requeue, ids.len()) {
+                (false, _) => "",
+                (true, 1) => " and requeued it",
+                (true, _) => " and requeued them",
             },
             id_list(&ids)
         );
@@ -273,8 +272,10 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
 }
 
 /// The per-event diff of a dry run: event type, headers (key by key), payload (pretty JSON, line by
-/// line), and what --requeue does. Unchanged parts are named as such.
+/// line), and what --requeue does. Unchanged parts are named as such. The row's text is escaped
+/// for the terminal (`output::escape_controls`).
 pub fn render_diff(p: &EditPreview, requeue: bool) -> String {
+    use crate::output::escape_controls as esc;
     let mut out = format!("event {} ({})\n", p.id, p.state);
     if !changed(p) {
         out.push_str("  no change: the event already has these values\n");
@@ -282,21 +283,19 @@ pub fn render_diff(p: &EditPreview, requeue: bool) -> String {
     if p.event_type != p.new_event_type {
         out.push_str(&format!(
             "  event_type: {} -> {}\n",
-            p.event_type, p.new_event_type
+            esc(&p.event_type),
+            esc(&p.new_event_type)
         ));
     }
     if p.headers != p.new_headers {
         out.push_str("  headers:\n");
-        let empty = Map::new();
-        let old = p.headers.as_object().unwrap_or(&empty);
-        let new = p.new_headers.as_object().unwrap_or(&empty);
+        let old = p.headers.members().unwrap_or_default();
+        let new = p.new_headers.members().unwrap_or_default();
         let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
-        for k in keys {
-            let show = |v: &Value| match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            match (old.get(k), new.get(k)) {
+        for key in keys {
+            let k = esc(key);
+            let show = |v: &JsonText| esc(&v.as_text()).into_owned();
+            match (old.get(key), new.get(key)) {
                 (Some(a), Some(b)) if a == b => out.push_str(&format!("      {k}: {}\n", show(a))),
                 (a, b) => {
                     if let Some(a) = a {
@@ -311,11 +310,13 @@ pub fn render_diff(p: &EditPreview, requeue: bool) -> String {
     }
     if p.payload != p.new_payload {
         out.push_str("  payload:\n");
-        let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
-        let (a, b) = (pretty(&p.payload), pretty(&p.new_payload));
+        let (a, b) = (
+            crate::json::pretty(p.payload.get()),
+            crate::json::pretty(p.new_payload.get()),
+        );
         for line in line_diff(&a, &b) {
             out.push_str("    ");
-            out.push_str(&line);
+            out.push_str(&esc(&line));
             out.push('\n');
         }
     }
@@ -364,6 +365,14 @@ pub fn line_diff(a: &str, b: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The `--json` output of `events edit` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    vec![crate::docs::json::Output::of::<EditReport<'static>>(
+        "events edit --json",
+        "",
+    )]
 }
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     Ok(OK)
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct CancelReport<'a> {
     dry_run: bool,
     /// Deleted (with --dry-run: would be deleted).
@@ -210,14 +210,14 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     Ok(OK)
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct Moved {
     id: i64,
     /// The new due time; with --dry-run and --delay unknown until it runs (null).
     available_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct RescheduleReport<'a> {
     dry_run: bool,
     /// Moved, with their new due time (with --dry-run: would be moved).
@@ -392,8 +392,9 @@ pub fn by_filter(
 }
 
 /// What `cancel` and `reschedule` print with --json when they select by filters.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct FilterReport<'a> {
+    /// Run with `--dry-run`: nothing was changed.
     dry_run: bool,
     /// Events the filters selected.
     matched: u64,
@@ -404,7 +405,9 @@ struct FilterReport<'a> {
     rescheduled: Option<u64>,
     /// Selected, but no longer in a state to act on when their batch ran.
     skipped: u64,
+    /// Statements (transactions) it took.
     batches: u64,
+    /// Milliseconds the run took.
     elapsed_ms: u64,
     /// The ids changed (not with --dry-run).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -692,6 +695,22 @@ async fn reschedule_by_filter(
         output::print_summary(line)?;
     }
     Ok(OK)
+}
+
+/// The `--json` outputs of `events` (docs/reference/json.md); `events edit` is in `edit`.
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    use crate::docs::json::Output;
+    vec![
+        Output::of::<view::EventList<'static>>("events list --json", "Newest first."),
+        Output::of::<view::EventDetail<'static>>("events show --json", ""),
+        Output::of::<CancelReport<'static>>("events cancel ID... --json", "By ids."),
+        Output::of::<RescheduleReport<'static>>("events reschedule ID... --json", "By ids."),
+        Output::of::<FilterReport<'static>>(
+            "events cancel --json (filters)",
+            "`events cancel` and `events reschedule` selecting by filters (--event-type, \
+             --since, ...): `cancelled` or `rescheduled` is present, by command.",
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -11,17 +11,20 @@ use crate::db::{
 };
 use crate::output;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct ApplyReport<'a> {
+    /// The schema holding the outbox.
     schema: &'a str,
     /// Existing seed-era tables were adopted as migration 1 (a baseline was recorded).
     adopted: bool,
+    /// Versions applied by this run.
     applied: Vec<i64>,
+    /// Every migration this binary embeds, and where it stands.
     migrations: Vec<MigrationStatus>,
 }
 
 /// `migrate --check --json`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct CheckReport<'a> {
     schema: &'a str,
     /// No migration is pending, adoptable or conflicting.
@@ -30,7 +33,9 @@ struct CheckReport<'a> {
     pending: Vec<i64>,
     /// Migration 1's tables exist and differ: `migrate` refuses (exit 2).
     conflict: bool,
+    /// The exit status: 0 up to date, 6 pending, 2 conflict.
     exit_code: u8,
+    /// Every migration this binary embeds, and where it stands.
     migrations: Vec<MigrationStatus>,
 }
 
@@ -155,12 +160,15 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<u8> {
 fn print_status(schema: &str, migrations: &[MigrationStatus]) -> anyhow::Result<()> {
     let mut t = output::table(&["version", "description", "state", "installed on"]);
     for m in migrations {
-        t.add_row(vec![
-            m.version.to_string(),
-            m.description.clone(),
-            m.state.as_str().to_owned(),
-            m.installed_on.map(|t| t.to_rfc3339()).unwrap_or_default(),
-        ]);
+        output::add_row(
+            &mut t,
+            vec![
+                m.version.to_string(),
+                m.description.clone(),
+                m.state.as_str().to_owned(),
+                m.installed_on.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            ],
+        );
     }
     output::print_table(&t)?;
     for m in migrations {
@@ -182,4 +190,16 @@ fn print_status(schema: &str, migrations: &[MigrationStatus]) -> anyhow::Result<
         }
     }
     Ok(())
+}
+
+/// The `--json` outputs of `migrate` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    use crate::docs::json::Output;
+    vec![
+        Output::of::<ApplyReport<'static>>(
+            "migrate --json",
+            "Also `migrate --status --json`, which applies nothing (`applied` is empty).",
+        ),
+        Output::of::<CheckReport<'static>>("migrate --check --json", ""),
+    ]
 }

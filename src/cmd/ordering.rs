@@ -45,7 +45,7 @@ fn types(given: &[String]) -> Result<Vec<String>, CodedError> {
     Ok(out)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 struct ChangeReport {
     enabled: bool,
     changed: Vec<String>,
@@ -56,7 +56,7 @@ struct ChangeReport {
 }
 
 /// What `enable`/`disable` did to the key index ([`sql::KEY_INDEX`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 enum KeyIndex {
     /// It did not exist and was built.
@@ -261,7 +261,7 @@ fn report(
     Ok(OK)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 struct StatusReport {
     /// Whether any aggregate type is ordered.
     enabled: bool,
@@ -296,18 +296,21 @@ async fn status(args: OrderingStatusArgs) -> anyhow::Result<u8> {
             "enabled by",
         ]);
         for r in &types {
-            t.add_row(vec![
-                if r.aggregate_type == sql::ALL_TYPES {
-                    "* (every type)".to_owned()
-                } else {
-                    r.aggregate_type.clone()
-                },
-                r.on_dead.clone(),
-                r.blocked_keys.to_string(),
-                r.enabled_at
-                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                r.enabled_by.clone().unwrap_or_default(),
-            ]);
+            output::add_row(
+                &mut t,
+                vec![
+                    if r.aggregate_type == sql::ALL_TYPES {
+                        "* (every type)".to_owned()
+                    } else {
+                        r.aggregate_type.clone()
+                    },
+                    r.on_dead.clone(),
+                    r.blocked_keys.to_string(),
+                    r.enabled_at
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    r.enabled_by.clone().unwrap_or_default(),
+                ],
+            );
         }
         output::print_table(&t)?;
     }
@@ -325,7 +328,7 @@ async fn status(args: OrderingStatusArgs) -> anyhow::Result<u8> {
     Ok(OK)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 struct SkipReport {
     id: i64,
     skipped: sql::Skipped,
@@ -366,4 +369,14 @@ async fn skip(args: OrderingSkipArgs) -> anyhow::Result<u8> {
         })?;
     }
     Ok(OK)
+}
+
+/// The `--json` outputs of `ordering` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    use crate::docs::json::Output;
+    vec![
+        Output::of::<ChangeReport>("ordering enable --json", "Also `ordering disable --json`."),
+        Output::of::<StatusReport>("ordering status --json", ""),
+        Output::of::<SkipReport>("ordering skip --json", ""),
+    ]
 }

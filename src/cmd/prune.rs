@@ -59,7 +59,7 @@ impl Target {
 }
 
 /// Why a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum StopReason {
     /// Nothing older than the retention is left.
@@ -70,7 +70,7 @@ pub enum StopReason {
     Signal,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TableReport {
     /// Rows older than this go (database clock at the start of the run minus the retention).
     pub cutoff: DateTime<Utc>,
@@ -78,10 +78,14 @@ pub struct TableReport {
     /// With --dry-run: how many rows are older than the cutoff.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub would_delete: Option<u64>,
+    /// Dead letters only: those older than the cutoff that prune kept because they block their
+    /// ordered key (requeue, `ordering skip` or `dead discard` decides).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_blocking: Option<u64>,
 }
 
 /// The `--json` summary (and what the summary line says).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PruneReport {
     pub schema: String,
     pub dry_run: bool,
@@ -146,8 +150,24 @@ impl PruneReport {
             1 => parts[0].clone(),
             n => format!("{} and {}", parts[..n - 1].join(", "), parts[n - 1]),
         };
+        let kept = self
+            .dead
+            .as_ref()
+            .and_then(|d| d.kept_blocking)
+            .filter(|n| *n > 0)
+            .map(|n| {
+                format!(
+                    "; kept {} (requeue, `ordering skip` or `dead discard` decides)",
+                    if n == 1 {
+                        "1 dead letter that blocks its key".to_owned()
+                    } else {
+                        format!("{n} dead letters that block their keys")
+                    }
+                )
+            })
+            .unwrap_or_default();
         if self.dry_run {
-            return format!("prune: would delete {list} (dry run: nothing deleted)");
+            return format!("prune: would delete {list} (dry run: nothing deleted){kept}");
         }
         let mut s = format!(
             "prune: deleted {list} in {} in {} ({:.0} rows/s, longest batch {})",
@@ -166,6 +186,7 @@ impl PruneReport {
             Some(StopReason::Signal) => s.push_str("; stopped by a signal after the current batch"),
             _ => {}
         }
+        s.push_str(&kept);
         s
     }
 }
@@ -197,7 +218,13 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
     let actor = config::actor(&args.audit)?;
     let json = args.output.json;
     let pool = db::pool_migrated(&cfg, 1).await?;
-    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
+    // Dead letters are kept while they block an ordered key: that needs the ordering columns.
+    let through = if wanted.iter().any(|(t, _)| *t == Target::Dead) {
+        db::migrate::ORDERING_SCHEMA
+    } else {
+        db::migrate::AUDIT_SCHEMA
+    };
+    db::ensure_migrated_through(&pool, &cfg, through).await?;
     let mut conn = pool.acquire().await?;
     let pin = db::Pin::new(&cfg, &[]);
 
@@ -223,10 +250,21 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
         rows_per_second: 0.0,
     };
     for (t, cutoff) in &plan {
+        let kept_blocking = match t {
+            Target::Dead => Some(
+                pin.run(&mut conn, async |c| {
+                    db::prune::count_blocking_dead(c, *cutoff).await
+                })
+                .await?
+                .max(0) as u64,
+            ),
+            _ => None,
+        };
         let r = Some(TableReport {
             cutoff: *cutoff,
             deleted: 0,
             would_delete: None,
+            kept_blocking,
         });
         match t {
             Target::Published => report.published = r,
@@ -526,6 +564,14 @@ async fn prune_locked(
     Ok(())
 }
 
+/// The `--json` output of `prune` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    vec![crate::docs::json::Output::of::<PruneReport>(
+        "prune --json",
+        "",
+    )]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,6 +603,7 @@ mod tests {
                 cutoff: DateTime::<Utc>::UNIX_EPOCH,
                 deleted: n,
                 would_delete: None,
+                kept_blocking: None,
             })
         };
         let r = PruneReport {

@@ -37,11 +37,29 @@ pub struct PublishReport {
     pub events: Option<Spill>,
 }
 
-#[derive(Debug, Serialize)]
+/// What `publish --json` prints (single or bulk mode). [`Spill::print`] streams exactly this
+/// shape: the counts, then the inserted events (a test checks real output against it).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct PublishJson {
+    /// Events inserted.
+    pub inserted: u64,
+    /// Lines (or the one event) skipped because an event with the idempotency key exists.
+    pub duplicates: u64,
+    /// Milliseconds the run took.
+    pub elapsed_ms: u64,
+    /// Every inserted event, in input order.
+    pub events: Vec<PublishedEvent>,
+}
+
+/// One inserted event of `publish --json`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct PublishedEvent {
+    /// The line of `--file` it came from (bulk mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<u64>,
+    /// The new event's id.
     pub id: i64,
+    /// Its idempotency key (given, or the random one it got).
     pub idempotency_key: String,
 }
 
@@ -571,18 +589,7 @@ fn build(
 pub(crate) const NUL: &str = "contains a NUL character (\\u0000), which PostgreSQL cannot store";
 
 /// Whether JSON text holds a string (or key) with a NUL character: PostgreSQL's jsonb rejects it.
-pub(crate) fn has_nul(json: &str) -> bool {
-    fn walk(v: &Value) -> bool {
-        match v {
-            Value::String(s) => s.contains('\0'),
-            Value::Array(a) => a.iter().any(walk),
-            Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || walk(v)),
-            _ => false,
-        }
-    }
-    // A NUL can only be written as the escape \u0000; only then is the text worth parsing.
-    json.contains("\\u0000") && serde_json::from_str::<Value>(json).is_ok_and(|v| walk(&v))
-}
+pub(crate) use crate::json::has_nul;
 
 /// The longest string PostgreSQL's jsonb can hold, in bytes (`JENTRY_OFFLENMASK`).
 pub(crate) const JSONB_MAX_STRING: usize = (1 << 28) - 1;
@@ -615,11 +622,7 @@ pub(crate) fn overlong_string(json: &str) -> Option<usize> {
 /// The single event described by the flags.
 fn event_from_flags(args: &PublishArgs) -> Result<NewEvent, CodedError> {
     let raw = args.payload.as_deref().unwrap_or_default();
-    let text = match raw.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| CodedError::usage(format!("cannot read --payload file {path}: {e}")))?,
-        None => raw.to_owned(),
-    };
+    let text = super::payload_arg(raw)?;
     let payload: Box<RawValue> = serde_json::from_str(&text)
         .map_err(|e| CodedError::usage(format!("--payload is not valid JSON: {e}")))?;
     let mut headers = Map::new();
@@ -652,6 +655,14 @@ fn event_from_flags(args: &PublishArgs) -> Result<NewEvent, CodedError> {
             e.replace("tenant_id", "--tenant")
         ))
     })
+}
+
+/// The `--json` output of `publish` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    vec![crate::docs::json::Output::of::<PublishJson>(
+        "publish --json",
+        "The same shape for one event from flags and for a `--file` of many.",
+    )]
 }
 
 #[cfg(test)]

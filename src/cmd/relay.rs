@@ -15,10 +15,13 @@ use crate::relay::{Backoff, Mode, Relay, RelayConfig, RelayEvent, Report};
 use crate::sink::{self, SinkOptions};
 use crate::{db, output};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 struct Summary<'a> {
+    /// The sink's scheme (as the `sink` metric label): stdout, file, http, kafka, ...
     sink: String,
+    /// How claims were settled.
     mode: Mode,
+    /// Milliseconds the run took.
     elapsed_ms: u64,
     #[serde(flatten)]
     report: &'a Report,
@@ -78,11 +81,14 @@ pub async fn build(
     };
     let failpoint = env("OUTBOXCTL_TEST_FAILPOINT").and_then(|s| Failpoint::parse(&s));
     // One connection per step in flight (a tx-mode step holds its own), LISTEN, the heartbeat
-    // or due-time query, and /readyz.
+    // or due-time query, and /readyz; and one more per step for a tx-mode step that gives rows
+    // back mid-batch and reads their committed errors while holding its own (opened only then:
+    // the pool opens connections lazily).
     let pipeline_depth = args
         .pipeline_depth
         .unwrap_or_else(|| sink.default_pipeline_depth());
-    let pool = db::pool_for_relay(&cfg, 3 + pipeline_depth, args.async_commit, args.lease).await?;
+    let pool =
+        db::pool_for_relay(&cfg, 3 + 2 * pipeline_depth, args.async_commit, args.lease).await?;
     db::ensure_migrated(&pool, &cfg).await?;
     let relay = Relay {
         pool,
@@ -169,7 +175,7 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
         }
         None => None,
     };
-    spawn_signal_handler(shutdown.clone());
+    spawn_signal_handler(shutdown.clone(), Arc::clone(&relay.sink))?;
     let started = Instant::now();
     tracing::info!(sink = %relay.sink.describe(), mode = %relay.cfg.mode, schema = cfg.schema.name(), once = args.once, "relay starting");
     let report = if args.once {
@@ -278,7 +284,7 @@ fn print_summary(
         SummaryFormat::Text => {
             let r = s.report;
             format!(
-                "relayed to {} ({} mode) in {}: {} published, {} retried, {} dead-lettered, {} released, {} lease-lost{}",
+                "relayed to {} ({} mode) in {}: {} published, {} retried, {} dead-lettered, {} released, {} lease-lost{}{}",
                 s.sink,
                 s.mode,
                 output::human_duration(std::time::Duration::from_millis(s.elapsed_ms)),
@@ -289,6 +295,14 @@ fn print_summary(
                 r.lease_lost,
                 if r.unavailable > 0 {
                     format!(" ({} given back: the sink could not take them)", r.unavailable)
+                } else {
+                    String::new()
+                },
+                if r.deferred > 0 {
+                    format!(
+                        ", {} deferred (the sink pushed back; no attempt counted)",
+                        r.deferred
+                    )
                 } else {
                     String::new()
                 }
@@ -308,19 +322,28 @@ fn print_summary(
 }
 
 /// First SIGTERM/SIGINT: stop claiming, finish in-flight work, release the rest. Second: exit at
-/// once (leases expire, nothing is lost).
-fn spawn_signal_handler(shutdown: CancellationToken) {
+/// once (leases expire, nothing is lost). SIGHUP: the sink reopens its file (logrotate), else
+/// nothing: it never stops the relay (its default action would, exit 129). The handlers are
+/// installed before this returns, so no signal arriving once the relay runs takes the default.
+fn spawn_signal_handler(
+    shutdown: CancellationToken,
+    sink: Arc<dyn sink::Sink>,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            return;
-        };
         let mut signals = 0;
         loop {
             tokio::select! {
                 _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
+                _ = hup.recv() => {
+                    let reopened = sink.reopen().await.map(|r| r.map_err(|e| e.to_string()));
+                    RelayEvent::Hangup { sink: sink.describe(), reopened }.emit();
+                    continue;
+                }
             }
             signals += 1;
             if signals == 1 {
@@ -332,6 +355,17 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
             }
         }
     });
+    Ok(())
+}
+
+/// The `--json` output of `relay --once` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    vec![crate::docs::json::Output::of::<Summary<'static>>(
+        "relay --once --json",
+        "The summary of the run, printed when it ends (on stderr instead when the sink is \
+         stdout). With `--log-format json` and no `--json`, the same fields form the \
+         `relay finished` log line.",
+    )]
 }
 
 #[cfg(test)]

@@ -121,3 +121,11 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     }
     Ok(OK)
 }
+
+/// The `--json` output of `requeue` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    vec![crate::docs::json::Output::of::<BatchReport<'static>>(
+        "requeue --json",
+        "With `--dry-run`, `events` lists what would be requeued and `ids` is absent.",
+    )]
+}

@@ -6,6 +6,24 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use std::path::Path;
+
+/// The `--json` outputs of `stats` (docs/reference/json.md).
+pub fn json_outputs() -> Vec<crate::docs::json::Output> {
+    use crate::docs::json::Output;
+    vec![
+        Output::of::<StatsReport>(
+            "stats --json",
+            "The figures of the whole outbox at the top level; with `--by`, also `by` and \
+             `groups`, the same figures per group. `blocked_keys` and `blocked_events` are absent \
+             before migration 6.",
+        ),
+        Output::of::<CheckReport>(
+            "stats --check --json",
+            "The exit code follows the Nagios plugin convention (exit-codes.md).",
+        ),
+    ]
+}
+
 #[cfg(test)]
 use std::time::Duration;
 
@@ -18,7 +36,7 @@ use crate::exit::{nagios, CodedError};
 use crate::output;
 
 /// The figures for the whole outbox or one group.
-#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+#[derive(Debug, Default, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct Figures {
     /// Due now and not leased.
     pub ready: i64,
@@ -29,8 +47,11 @@ pub struct Figures {
     /// Pending and not leased, having failed at least once (attempt_count > 0): waiting for a
     /// retry, or due again.
     pub retrying: i64,
+    /// Dead-lettered.
     pub dead_lettered: i64,
+    /// Published within the last minute.
     pub published_last_minute: i64,
+    /// Published within the last hour.
     pub published_last_hour: i64,
     /// Seconds the oldest ready event has been due (0 when nothing is ready).
     pub oldest_ready_lag_seconds: f64,
@@ -39,12 +60,20 @@ pub struct Figures {
     /// Seconds since the oldest pending event (ready, scheduled or in flight) was created: grows
     /// while nothing is delivered, whatever the rows' `available_at` (0 when nothing is pending).
     pub oldest_pending_age_seconds: f64,
+    /// How late the most overdue pending event is, in seconds (what `--warn-lag`/`--crit-lag`
+    /// compare): a ready event counts from when it fell due, one that failed before (waiting for
+    /// a retry, or being retried) from when it first fell due (its `created_at`), one scheduled
+    /// for later and never tried not at all. 0 when none is late.
+    pub oldest_pending_lag_seconds: f64,
+    /// When the next scheduled event becomes due; null when none is scheduled.
     pub next_due_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct StatsReport {
+    /// The schema holding the outbox.
     pub schema: String,
+    /// When the figures were read (database clock).
     pub now: DateTime<Utc>,
     /// Published per second over the last minute.
     pub throughput_per_second: f64,
@@ -55,8 +84,10 @@ pub struct StatsReport {
     /// Ordered keys blocked by a dead-lettered head (`ordering`); absent before migration 6.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub blocked: Option<db::ordering::Blocked>,
+    /// With `--by`: the grouping (event-type, tenant, aggregate-type).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// With `--by`: the figures of each group, by its value.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups: Option<BTreeMap<String, Figures>>,
 }
@@ -94,6 +125,7 @@ pub async fn collect(
         f.in_flight = p.in_flight;
         f.retrying = p.retrying;
         f.oldest_pending_age_seconds = secs(p.oldest_pending_created_at);
+        f.oldest_pending_lag_seconds = secs(p.late_since);
         f.oldest_ready_lag_seconds = secs(p.oldest_ready_available_at);
         f.oldest_ready_age_seconds = secs(p.oldest_ready_created_at);
         f.next_due_at = p.next_due_at;
@@ -115,6 +147,9 @@ pub async fn collect(
         total.oldest_pending_age_seconds = total
             .oldest_pending_age_seconds
             .max(f.oldest_pending_age_seconds);
+        total.oldest_pending_lag_seconds = total
+            .oldest_pending_lag_seconds
+            .max(f.oldest_pending_lag_seconds);
         total.dead_lettered += f.dead_lettered;
         total.published_last_minute += f.published_last_minute;
         total.published_last_hour += f.published_last_hour;
@@ -302,6 +337,11 @@ pub fn prometheus(r: &StatsReport) -> String {
         each(&|f| f.oldest_pending_age_seconds),
     );
     family(
+        "outboxctl_oldest_pending_lag_seconds",
+        "Seconds the most overdue pending event has been late: a ready one since it fell due, one that failed before since it first fell due (its creation); one scheduled for later and never tried is not late; 0 when none is. What stats --check compares with --warn-lag/--crit-lag.",
+        each(&|f| f.oldest_pending_lag_seconds),
+    );
+    family(
         "outboxctl_oldest_ready_lag_seconds",
         "Seconds the oldest ready event has been due; 0 when none is ready.",
         each(&|f| f.oldest_ready_lag_seconds),
@@ -350,7 +390,7 @@ fn unix_seconds(t: DateTime<Utc>) -> f64 {
 }
 
 /// One threshold pair of `stats --check`, in the value's unit (seconds or events).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Threshold {
     pub warn: Option<f64>,
     pub crit: Option<f64>,
@@ -416,7 +456,7 @@ impl Thresholds {
 }
 
 /// One figure of `stats --check`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CheckItem {
     /// The performance-data label: lag, dead, backlog, retrying.
     pub name: &'static str,
@@ -429,7 +469,7 @@ pub struct CheckItem {
 }
 
 /// `stats --check --json`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct CheckReport {
     /// OK, WARNING, CRITICAL or UNKNOWN.
     pub status: &'static str,
@@ -463,7 +503,7 @@ fn shown(item: &CheckItem, v: f64) -> String {
 /// threshold trips it, as Nagios's range `N` means 0..N).
 pub fn evaluate(total: &Figures, t: &Thresholds) -> (u8, String, Vec<CheckItem>) {
     let figures = [
-        ("lag", total.oldest_pending_age_seconds, "s", t.lag),
+        ("lag", total.oldest_pending_lag_seconds, "s", t.lag),
         ("dead", total.dead_lettered as f64, "", t.dead),
         (
             "backlog",
@@ -515,8 +555,8 @@ pub fn evaluate(total: &Figures, t: &Thresholds) -> (u8, String, Vec<CheckItem>)
     tripped.sort_by_key(|t| std::cmp::Reverse(t.0));
     let summary = if tripped.is_empty() {
         format!(
-            "oldest pending {}, {} dead, {} backlog, {} retrying",
-            lag(total.oldest_pending_age_seconds),
+            "lag {}, {} dead, {} backlog, {} retrying",
+            lag(total.oldest_pending_lag_seconds),
             total.dead_lettered,
             total.ready + total.in_flight,
             total.retrying
@@ -533,7 +573,7 @@ pub fn evaluate(total: &Figures, t: &Thresholds) -> (u8, String, Vec<CheckItem>)
 
 fn describe(name: &str) -> &'static str {
     match name {
-        "lag" => "oldest pending",
+        "lag" => "lag",
         "dead" => "dead letters",
         "backlog" => "backlog",
         _ => "retrying",
@@ -639,6 +679,7 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
         "dead",
         "pub/1m",
         "pub/1h",
+        "lag",
         "lag (due)",
         "lag (created)",
         "oldest pending",
@@ -654,6 +695,7 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
             f.dead_lettered.to_string(),
             f.published_last_minute.to_string(),
             f.published_last_hour.to_string(),
+            lag(f.oldest_pending_lag_seconds),
             lag(f.oldest_ready_lag_seconds),
             lag(f.oldest_ready_age_seconds),
             lag(f.oldest_pending_age_seconds),
@@ -661,17 +703,20 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
     };
     if let Some(groups) = &r.groups {
         for (k, f) in groups {
-            t.add_row(row(k, f));
+            output::add_row(&mut t, row(k, f));
         }
     }
-    t.add_row(row(
-        if r.groups.is_some() {
-            "(total)"
-        } else {
-            r.schema.as_str()
-        },
-        &r.total,
-    ));
+    output::add_row(
+        &mut t,
+        row(
+            if r.groups.is_some() {
+                "(total)"
+            } else {
+                r.schema.as_str()
+            },
+            &r.total,
+        ),
+    );
     output::print_table(&t)?;
     output::print_line(format_args!(
         "throughput {:.1}/s over the last minute; next scheduled event {}; {}",
@@ -710,7 +755,7 @@ mod tests {
             scheduled: 7,
             retrying: 3,
             dead_lettered: 5,
-            oldest_pending_age_seconds: 432.0,
+            oldest_pending_lag_seconds: 432.0,
             ..Figures::default()
         }
     }
@@ -728,7 +773,7 @@ mod tests {
         .unwrap();
         let (code, summary, items) = evaluate(&figures(), &t);
         assert_eq!(code, nagios::CRITICAL);
-        assert_eq!(summary, "oldest pending 7m 12s > 5m, dead letters 5 > 1");
+        assert_eq!(summary, "lag 7m 12s > 5m, dead letters 5 > 1");
         assert_eq!(
             perfdata(&items),
             "'lag'=432s;60;300 'dead'=5;1;100 'backlog'=42;; 'retrying'=3;;"

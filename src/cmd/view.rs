@@ -2,7 +2,6 @@
 
 use std::io::Write;
 
-use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use sqlx::PgConnection;
@@ -11,32 +10,48 @@ use crate::db::audit::AuditRecord;
 
 use crate::db::dead::RequeueRecord;
 use crate::db::events::{EventRow, Scope};
+use crate::db::timestamp::Timestamp;
 use crate::exit::CodedError;
+use crate::json::{self, JsonText};
 use crate::select::EventFilter;
 use crate::{db, output};
 
 /// A list of events as `--json` prints it. [`print_list`] streams exactly this shape.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct EventList<'a> {
+    /// Events listed.
     pub count: usize,
     /// More rows match than --limit allowed.
     pub truncated: bool,
-    pub events: &'a [EventRow],
+    pub events: &'a [ListedEvent<'a>],
+}
+
+/// A listed event, with the events it holds back when it is a dead head blocking its ordered key
+/// (`blocking`, only then).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ListedEvent<'a> {
+    #[serde(flatten)]
+    pub row: &'a EventRow,
+    /// A dead head of an ordered key: how many pending events of its key it holds back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocking: Option<i64>,
 }
 
 /// One event as `show --json` prints it: every column, plus its requeue history and its whole
 /// audit trail (requeues, reschedules), oldest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct EventDetail<'a> {
     #[serde(flatten)]
     pub event: &'a EventRow,
+    /// Its requeues, oldest first.
     pub requeues: &'a [RequeueRecord],
+    /// Its whole audit trail, oldest first.
     pub audit: &'a [AuditRecord],
 }
 
-/// "2026-03-01 09:30:00Z"; "-" for none.
-pub fn time(t: Option<DateTime<Utc>>) -> String {
-    t.map(|t| t.format("%Y-%m-%d %H:%M:%SZ").to_string())
+/// "2026-03-01 09:30:00Z" ("infinity" for a row's `infinity`); "-" for none.
+pub fn time(t: Option<impl Into<Timestamp>>) -> String {
+    t.map(|t| t.into().format("%Y-%m-%d %H:%M:%SZ"))
         .unwrap_or_else(|| "-".into())
 }
 
@@ -120,7 +135,7 @@ pub const EVENTS_TABLE: TableKind = TableKind {
 fn print_table(kind: TableKind, rows: Vec<Vec<String>>) -> anyhow::Result<()> {
     let mut t = output::table(kind.header);
     for r in rows {
-        t.add_row(r);
+        output::add_row(&mut t, r);
     }
     output::print_table(&t)
 }
@@ -155,15 +170,6 @@ pub async fn print_list(
     kind: TableKind,
     blocking: &std::collections::HashMap<i64, i64>,
 ) -> anyhow::Result<()> {
-    /// A listed event, with the events it holds back when it is a dead head blocking its
-    /// ordered key (`blocking`, only then).
-    #[derive(serde::Serialize)]
-    struct Listed<'a> {
-        #[serde(flatten)]
-        row: &'a EventRow,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        blocking: Option<i64>,
-    }
     let mut tx = db::events::begin_snapshot(conn).await?;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
     if json {
@@ -177,7 +183,7 @@ pub async fn print_list(
             "events",
         )?;
         db::events::for_each(&mut tx, scope, filter, None, Some(limit), |row| {
-            list.push(&Listed {
+            list.push(&ListedEvent {
                 row: &row,
                 blocking: blocking.get(&row.id).copied(),
             })
@@ -317,10 +323,6 @@ pub fn note_truncated(shown: usize) {
     ));
 }
 
-fn pretty(v: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-}
-
 fn indent(text: &str) -> String {
     text.lines()
         .map(|l| format!("  {l}"))
@@ -357,24 +359,30 @@ pub fn print_event(
         ),
     ];
     for (k, v) in fields {
-        writeln!(out, "{:<17} {v}", format!("{k}:"))?;
+        writeln!(
+            out,
+            "{:<17} {}",
+            format!("{k}:"),
+            output::escape_controls(&v)
+        )?;
     }
-    writeln!(out, "headers:\n{}", indent(&pretty(&e.headers)))?;
-    writeln!(out, "payload:\n{}", indent(&pretty(&e.payload)))?;
+    // Row data, escaped for the terminal (output::escape_controls): a key, a value, an error.
+    let shown = |text: &str| indent(&output::escape_lines(text));
+    writeln!(out, "headers:\n{}", shown(&json::pretty(e.headers.get())))?;
+    writeln!(out, "payload:\n{}", shown(&json::pretty(e.payload.get())))?;
     match &e.last_error {
-        Some(err) => writeln!(out, "last error:\n{}", indent(err))?,
+        Some(err) => writeln!(out, "last error:\n{}", shown(err))?,
         None => writeln!(out, "last error:       -")?,
     }
     if !audit.is_empty() {
         writeln!(out, "history:")?;
         for a in audit {
-            writeln!(out, "  {}", audit_line(a))?;
+            writeln!(out, "  {}", output::escape_controls(&audit_line(a)))?;
         }
         return Ok(());
     }
     for (i, r) in requeues.iter().enumerate() {
-        writeln!(
-            out,
+        let line = format!(
             "requeue {}: {} by {}{}; was dead since {} after {}; due {}{}",
             i + 1,
             time(Some(r.requeued_at)),
@@ -391,7 +399,8 @@ pub fn print_event(
             } else {
                 ""
             },
-        )?;
+        );
+        writeln!(out, "{}", output::escape_controls(&line))?;
     }
     Ok(())
 }
@@ -399,26 +408,23 @@ pub fn print_event(
 /// One audit row for humans: "2026-12-01 09:30:00Z requeue by alice@host (role app) (broker
 /// fixed): was dead since ... after 10 attempts; due ...".
 pub fn audit_line(a: &AuditRecord) -> String {
-    let field = |v: &Option<serde_json::Value>, k: &str| -> Option<serde_json::Value> {
-        v.as_ref().and_then(|v| v.get(k)).cloned()
+    let field = |v: &Option<JsonText>, k: &str| -> Option<JsonText> {
+        v.as_ref().and_then(|v| v.member(k))
     };
-    let when = |v: Option<serde_json::Value>| {
-        v.and_then(|v| serde_json::from_value::<Option<DateTime<Utc>>>(v).ok())
-            .flatten()
-    };
+    let when = |v: Option<JsonText>| v.and_then(|v| v.as_value::<Option<Timestamp>>()).flatten();
     let what = match a.action.as_str() {
         "requeue" => format!(
             "was dead since {} after {}; due {}{}",
             time(when(field(&a.previous, "dead_lettered_at"))),
             output::plural(
                 field(&a.previous, "attempt_count")
-                    .and_then(|v| v.as_u64())
+                    .and_then(|v| v.as_value::<u64>())
                     .unwrap_or(0),
                 "attempt",
                 "attempts"
             ),
             time(when(field(&a.details, "available_at"))),
-            if field(&a.details, "kept_attempts").and_then(|v| v.as_bool()) == Some(true) {
+            if field(&a.details, "kept_attempts").and_then(|v| v.as_value::<bool>()) == Some(true) {
                 ", attempts kept"
             } else {
                 ""
@@ -432,7 +438,7 @@ pub fn audit_line(a: &AuditRecord) -> String {
         "cancel" | "discard" => format!(
             "deleted while {}",
             field(&a.previous, "state")
-                .and_then(|v| v.as_str().map(str::to_owned))
+                .and_then(|v| v.as_value::<String>())
                 .unwrap_or_else(|| "?".into())
         ),
         "edit" => {
@@ -445,13 +451,13 @@ pub fn audit_line(a: &AuditRecord) -> String {
             } else {
                 format!("changed {}", changed.join(", "))
             };
-            if field(&a.details, "requeued").and_then(|v| v.as_bool()) == Some(true) {
+            if field(&a.details, "requeued").and_then(|v| v.as_value::<bool>()) == Some(true) {
                 s.push_str(&format!(
                     "; requeued (was dead since {} after {})",
                     time(when(field(&a.previous, "dead_lettered_at"))),
                     output::plural(
                         field(&a.previous, "attempt_count")
-                            .and_then(|v| v.as_u64())
+                            .and_then(|v| v.as_value::<u64>())
                             .unwrap_or(0),
                         "attempt",
                         "attempts"
@@ -485,7 +491,7 @@ pub fn no_such_event(id: i64, schema: &str) -> CodedError {
 mod tests {
     use super::*;
 
-    fn row(id: i64, payload: serde_json::Value) -> EventRow {
+    fn row(id: i64, payload: &str) -> EventRow {
         EventRow {
             id,
             state: crate::db::events::EventState::Dead,
@@ -494,15 +500,17 @@ mod tests {
             aggregate_type: "order".into(),
             aggregate_id: id.to_string(),
             idempotency_key: format!("k{id}"),
-            payload,
-            headers: serde_json::json!({"v": "1"}),
+            payload: JsonText::parse(payload.to_owned()).unwrap(),
+            headers: JsonText::parse(r#"{"v": "1"}"#.to_owned()).unwrap(),
             attempt_count: 3,
-            created_at: chrono::DateTime::from_timestamp(1_764_000_000, 0).unwrap(),
-            available_at: chrono::DateTime::from_timestamp(1_764_000_001, 0).unwrap(),
+            created_at: chrono::DateTime::from_timestamp(1_764_000_000, 0)
+                .unwrap()
+                .into(),
+            available_at: Timestamp::Infinity,
             locked_until: None,
             claim_token: None,
             published_at: None,
-            dead_lettered_at: chrono::DateTime::from_timestamp(1_764_000_002, 0),
+            dead_lettered_at: chrono::DateTime::from_timestamp(1_764_000_002, 0).map(Into::into),
             last_error: Some("HTTP 500\nline two".into()),
         }
     }
@@ -512,17 +520,24 @@ mod tests {
         let rows = [
             row(
                 1,
-                serde_json::json!({"a": [1, 2, {"b": "x\ny"}], "e": {}, "f": []}),
+                r#"{"a": [1, 2, {"b": "x\ny"}], "e": {}, "f": [], "n": 1e400}"#,
             ),
-            row(2, serde_json::json!("text")),
-            row(3, serde_json::json!(null)),
+            row(2, r#""text""#),
+            row(3, "null"),
         ];
         for n in 0..=rows.len() {
             for truncated in [false, true] {
+                let listed: Vec<ListedEvent> = rows[..n]
+                    .iter()
+                    .map(|row| ListedEvent {
+                        row,
+                        blocking: None,
+                    })
+                    .collect();
                 let want = serde_json::to_vec_pretty(&EventList {
                     count: n,
                     truncated,
-                    events: &rows[..n],
+                    events: &listed,
                 })
                 .unwrap();
                 let mut list = JsonArray::begin(

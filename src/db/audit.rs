@@ -7,8 +7,9 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
 use sqlx::PgConnection;
+
+use crate::json::JsonText;
 
 /// Who is acting, and why: what every audit row records beside the database role (which the
 /// database fills in itself, `current_user`).
@@ -40,25 +41,35 @@ macro_rules! deleted_row_json {
 }
 pub(crate) use deleted_row_json;
 
-/// One audit row.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+/// One audit row. `previous` and `details` are JSON text (an edit's hold payloads, whose numbers
+/// must keep their digits: see [`crate::json`]).
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, schemars::JsonSchema)]
 pub struct AuditRecord {
+    /// The audit row's id.
     pub id: i64,
+    /// When (database clock).
     pub at: DateTime<Utc>,
+    /// What was done: requeue, discard, cancel, reschedule, edit, ...
     pub action: String,
+    /// The event it was done to.
     pub event_id: Option<i64>,
-    /// None only for rows from before migration 4.
+    /// Who (`--actor`, or `$USER@hostname`); null only for rows from before migration 4.
     pub actor: Option<String>,
+    /// The database role that did it.
     pub db_role: String,
+    /// The `--reason` given.
     pub reason: Option<String>,
-    pub previous: Option<Value>,
-    pub details: Option<Value>,
+    /// The changed values as they were before (JSON text, digits kept).
+    pub previous: Option<JsonText>,
+    /// The action's own figures.
+    pub details: Option<JsonText>,
 }
 
 /// One event's audit history, oldest first (reads `outbox_audit_event_id_idx`).
 pub async fn history(conn: &mut PgConnection, event_id: i64) -> sqlx::Result<Vec<AuditRecord>> {
     sqlx::query_as(
-        "SELECT id, at, action, event_id, actor, db_role, reason, previous, details
+        "SELECT id, at, action, event_id, actor, db_role, reason, previous::text AS previous,
+                details::text AS details
            FROM outbox_audit WHERE event_id = $1 ORDER BY id",
     )
     .bind(event_id)
@@ -70,7 +81,8 @@ pub async fn history(conn: &mut PgConnection, event_id: i64) -> sqlx::Result<Vec
 /// `outbox_audit_event_id_idx`). Lets `show` say what became of an id that no longer exists.
 pub async fn deletion(conn: &mut PgConnection, event_id: i64) -> sqlx::Result<Option<AuditRecord>> {
     sqlx::query_as(
-        "SELECT id, at, action, event_id, actor, db_role, reason, previous, details
+        "SELECT id, at, action, event_id, actor, db_role, reason, previous::text AS previous,
+                details::text AS details
            FROM outbox_audit WHERE event_id = $1 AND action IN ('cancel', 'discard')
           ORDER BY id DESC LIMIT 1",
     )

@@ -23,7 +23,10 @@ pub struct RequeueSpec {
 /// (locked_until, claim_token, so a stale settle from an old claim matches nothing), resets
 /// attempt_count unless asked not to, sets available_at, and writes one `outbox_audit` row per
 /// event (actor, reason, previous dead_lettered_at / attempt_count / last_error, the new
-/// available_at), all in one statement. last_error is kept. Returns the ids requeued.
+/// available_at), all in one statement. last_error is kept; `blocks_key` is cleared, so if the
+/// event dies again its key's `on_dead` policy decides afresh (an earlier `ordering skip`'s
+/// `false` would otherwise make the blocking trigger recompute over a later skip). Returns the
+/// ids requeued.
 pub async fn requeue(
     conn: &mut PgConnection,
     ids: &[i64],
@@ -42,6 +45,7 @@ pub async fn requeue(
                 SET dead_lettered_at = NULL,
                     locked_until     = NULL,
                     claim_token      = NULL,
+                    blocks_key       = NULL,
                     attempt_count    = CASE WHEN $2 THEN o.attempt_count ELSE 0 END,
                     available_at     = now() + $3::bigint * interval '1 microsecond'
                FROM old
@@ -92,15 +96,22 @@ pub async fn discard(
 }
 
 /// One audit row of a requeue.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, schemars::JsonSchema)]
 pub struct RequeueRecord {
     pub requeued_at: DateTime<Utc>,
+    /// Who requeued it.
     pub requeued_by: String,
+    /// The `--reason` given.
     pub reason: Option<String>,
+    /// When it had been dead-lettered.
     pub previous_dead_lettered_at: Option<DateTime<Utc>>,
+    /// Its attempt count before the requeue.
     pub previous_attempt_count: i32,
+    /// Its last error before the requeue.
     pub previous_last_error: Option<String>,
+    /// Requeued with `--keep-attempts`.
     pub kept_attempts: bool,
+    /// When it was made due again.
     pub available_at: DateTime<Utc>,
 }
 

@@ -151,7 +151,7 @@ pub async fn autovacuum_settings(conn: &mut PgConnection) -> sqlx::Result<Autova
 
 /// Something that holds back the xmin horizon: vacuum cannot remove a row version deleted after
 /// its snapshot or transaction began.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize, schemars::JsonSchema)]
 pub struct HorizonHolder {
     /// `transaction`, `prepared transaction` or `replication slot`.
     pub kind: String,
@@ -200,7 +200,7 @@ pub async fn horizon_holders(conn: &mut PgConnection) -> sqlx::Result<Vec<Horizo
 }
 
 /// A relay daemon's session, as seen from `pg_stat_activity`.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize, schemars::JsonSchema)]
 pub struct RelaySession {
     pub pid: i32,
     pub application_name: String,

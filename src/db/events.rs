@@ -11,11 +11,13 @@ use sqlx::{PgConnection, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::audit::{deleted_row_json, Audit};
+use super::timestamp::Timestamp;
+use crate::json::JsonText;
 use crate::select::EventFilter;
 use crate::when::TimeArg;
 
 /// An event's state, as the relay defines it. Computed in SQL by [`STATE_SQL`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum EventState {
     /// Due and not leased: the next claim may take it.
@@ -24,7 +26,9 @@ pub enum EventState {
     Scheduled,
     /// Leased by a relay that is publishing it.
     InFlight,
+    /// Published and marked (kept until `prune`).
     Published,
+    /// Dead-lettered: the relay gave up on it (see `outboxctl dead`).
     Dead,
 }
 
@@ -90,34 +94,46 @@ impl std::fmt::Display for EventState {
     }
 }
 
-/// One outbox row, every column, with its state.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+/// One outbox row, every column, with its state. Payload and headers are the stored JSON text
+/// (read as `::text`, see [`crate::json`]), so no number in them is rounded or out of range; the
+/// times may be `infinity` ([`Timestamp`]): no row's content fails to decode.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, schemars::JsonSchema)]
 pub struct EventRow {
+    /// The event's id (the outbox row's `id`).
     pub id: i64,
+    /// The event's state, computed from its columns and the database clock.
     #[sqlx(try_from = "String")]
     pub state: EventState,
     pub tenant_id: Uuid,
     pub event_type: String,
     pub aggregate_type: String,
     pub aggregate_id: String,
+    /// The dedup id sinks and consumers see; unique in the outbox.
     pub idempotency_key: String,
-    pub payload: Value,
-    pub headers: Value,
+    /// The payload as stored (any JSON value, digit for digit).
+    pub payload: JsonText,
+    /// The headers as stored (a JSON object).
+    pub headers: JsonText,
+    /// Publish attempts so far.
     pub attempt_count: i32,
-    pub created_at: DateTime<Utc>,
-    pub available_at: DateTime<Utc>,
-    pub locked_until: Option<DateTime<Utc>>,
+    pub created_at: Timestamp,
+    /// Due from this time on (later than `created_at` for a delayed event or a retry).
+    pub available_at: Timestamp,
+    /// The end of the lease of the relay that last claimed it.
+    pub locked_until: Option<Timestamp>,
+    /// The last claim's token.
     pub claim_token: Option<Uuid>,
-    pub published_at: Option<DateTime<Utc>>,
-    pub dead_lettered_at: Option<DateTime<Utc>>,
+    pub published_at: Option<Timestamp>,
+    pub dead_lettered_at: Option<Timestamp>,
+    /// The last publish error, whole.
     pub last_error: Option<String>,
 }
 
 fn push_columns(qb: &mut QueryBuilder<'_, Postgres>) {
     qb.push(
-        "SELECT id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, payload, \
-         headers, attempt_count, created_at, available_at, locked_until, claim_token, \
-         published_at, dead_lettered_at, last_error, ",
+        "SELECT id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, \
+         payload::text AS payload, headers::text AS headers, attempt_count, created_at, \
+         available_at, locked_until, claim_token, published_at, dead_lettered_at, last_error, ",
     );
     qb.push(STATE_SQL);
     qb.push(" AS state FROM outbox");
@@ -497,18 +513,18 @@ const NEW_PAYLOAD: &str = "coalesce($2::jsonb, o.payload)";
 const NEW_HEADERS: &str = "((o.headers - $4::text[]) || $3::jsonb)";
 const NEW_EVENT_TYPE: &str = "coalesce($5::text, o.event_type)";
 
-/// One row's values before and after an edit.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+/// One row's values before and after an edit, the JSON as text (see [`crate::json`]).
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, schemars::JsonSchema)]
 pub struct EditPreview {
     pub id: i64,
     #[sqlx(try_from = "String")]
     pub state: EventState,
     pub event_type: String,
-    pub payload: Value,
-    pub headers: Value,
+    pub payload: JsonText,
+    pub headers: JsonText,
     pub new_event_type: String,
-    pub new_payload: Value,
-    pub new_headers: Value,
+    pub new_payload: JsonText,
+    pub new_headers: JsonText,
 }
 
 /// Each of `ids` that exists, with its values now and as `spec` would make them (no lock, no
@@ -519,9 +535,9 @@ pub async fn preview_edit(
     spec: &EditSpec,
 ) -> sqlx::Result<Vec<EditPreview>> {
     sqlx::query_as(&format!(
-        "SELECT o.id, {STATE_SQL} AS state, o.event_type, o.payload, o.headers,
-                {NEW_EVENT_TYPE} AS new_event_type, {NEW_PAYLOAD} AS new_payload,
-                {NEW_HEADERS} AS new_headers
+        "SELECT o.id, {STATE_SQL} AS state, o.event_type, o.payload::text AS payload,
+                o.headers::text AS headers, {NEW_EVENT_TYPE} AS new_event_type,
+                ({NEW_PAYLOAD})::text AS new_payload, ({NEW_HEADERS})::text AS new_headers
            FROM outbox o WHERE o.id = ANY($1) ORDER BY o.id"
     ))
     .bind(ids)
@@ -569,6 +585,7 @@ pub async fn edit(
                     locked_until     = NULL,
                     claim_token      = NULL,
                     dead_lettered_at = CASE WHEN $6 THEN NULL ELSE o.dead_lettered_at END,
+                    blocks_key       = CASE WHEN $6 THEN NULL ELSE o.blocks_key END,
                     attempt_count    = CASE WHEN $6 THEN 0 ELSE o.attempt_count END,
                     available_at     = CASE WHEN $6 THEN now() ELSE o.available_at END
                FROM old

@@ -7,8 +7,9 @@ use sqlx::PgConnection;
 /// The backlog gauges' figures, with the same meaning as `stats`: pending rows that are `ready`
 /// (due, not leased), `scheduled` (not due yet, not leased) or `in_flight` (leased); `retrying`
 /// are those not leased that failed before (counted attempts: a subset of ready and scheduled);
-/// `dead` the dead letters; and the age of the oldest pending row by `created_at`, whatever its
-/// state (so a sink outage shows as age even while nothing is retried).
+/// `dead` the dead letters; the age of the oldest pending row by `created_at`, whatever its
+/// state; and the lag of the most overdue row (see `late_since!` in `db`: how long it has been due,
+/// from when it first fell due once it has failed; a row scheduled for later does not count).
 #[derive(Debug, Clone, Copy, Default, PartialEq, sqlx::FromRow)]
 pub struct Sample {
     pub ready: i64,
@@ -18,6 +19,8 @@ pub struct Sample {
     pub dead: i64,
     /// Seconds; `None` when nothing is pending.
     pub oldest_pending_age_seconds: Option<f64>,
+    /// How late the most overdue pending event is (`late_since!` in `db`); `None` when none is.
+    pub oldest_pending_lag_seconds: Option<f64>,
     /// Ordered keys blocked by a dead-lettered head, and their pending events (as in `stats`;
     /// 0 on a schema without migration 6).
     #[sqlx(default)]
@@ -30,7 +33,8 @@ pub struct Sample {
 /// published history is never read) and a count over the partial `outbox_dead_idx`. Its cost is
 /// that of a `count(*)` over the backlog and the dead letters, which is why it runs at most every
 /// few seconds, when scraped.
-pub const SAMPLE: &str = "SELECT count(*) FILTER (WHERE available_at <= now()
+pub const SAMPLE: &str = concat!(
+    "SELECT count(*) FILTER (WHERE available_at <= now()
                                AND (locked_until IS NULL OR locked_until < now())) AS ready,
             count(*) FILTER (WHERE available_at > now()
                                AND (locked_until IS NULL OR locked_until < now())) AS scheduled,
@@ -38,9 +42,13 @@ pub const SAMPLE: &str = "SELECT count(*) FILTER (WHERE available_at <= now()
             count(*) FILTER (WHERE attempt_count > 0
                                AND (locked_until IS NULL OR locked_until < now())) AS retrying,
             (SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL) AS dead,
-            extract(epoch FROM now() - min(created_at))::float8 AS oldest_pending_age_seconds
+            extract(epoch FROM now() - min(created_at))::float8 AS oldest_pending_age_seconds,
+            extract(epoch FROM now() - min(",
+    late_since!(),
+    "))::float8 AS oldest_pending_lag_seconds
        FROM outbox
-      WHERE published_at IS NULL AND dead_lettered_at IS NULL";
+      WHERE published_at IS NULL AND dead_lettered_at IS NULL"
+);
 
 /// [`SAMPLE`], then the blocked keys ([`super::ordering::blocked_if_migrated`]: two small
 /// statements over the tiny `outbox_blocking_idx` and the blocked keys' pending rows).

@@ -35,12 +35,14 @@ pub const EDIT_SCHEMA: i64 = 5;
 pub const ORDERING_SCHEMA: i64 = 6;
 
 /// Where one migration stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum State {
+    /// Applied.
     Applied,
     /// Recorded as applied by adopting tables that already matched it (migration 1 only).
     Baseline,
+    /// Not applied yet: `migrate` applies it.
     Pending,
     /// Migration 1, pending, but its tables already exist and match: `migrate` adopts them.
     Adoptable,
@@ -61,12 +63,15 @@ impl State {
 }
 
 /// One migration and whether (and when) it was applied.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct MigrationStatus {
+    /// The migration's number (`migrations/NNNN_*.sql`).
     pub version: i64,
     pub description: String,
+    /// Applied (or recorded as a baseline).
     pub applied: bool,
     pub state: State,
+    /// When it was applied; null while pending.
     pub installed_on: Option<DateTime<Utc>>,
     /// With state `conflict`: how the existing tables differ from migration 1, one per item.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -104,6 +109,9 @@ pub async fn apply(conn: &mut PgConnection, schema: &Schema) -> anyhow::Result<A
 
 async fn apply_locked(conn: &mut PgConnection, schema: &Schema) -> anyhow::Result<Applied> {
     let before = applied_rows(conn).await?;
+    if up_to_date(&before) {
+        return Ok(Applied::default());
+    }
     let adopt = if before.iter().any(|r| r.version == 1) {
         false
     } else {
@@ -141,6 +149,21 @@ async fn apply_locked(conn: &mut PgConnection, schema: &Schema) -> anyhow::Resul
             .filter(|v| !(before.iter().any(|b| b.version == *v) || (adopt && *v == 1)))
             .collect(),
     })
+}
+
+/// Whether `applied` is exactly the embedded migrations, each unchanged (same checksum): then
+/// `migrate` has nothing to do and does nothing, so it needs only read access (SELECT on
+/// `_sqlx_migrations`). Applying anyway would not: `CREATE SCHEMA IF NOT EXISTS` needs CREATE on
+/// the database even when the schema exists, and sqlx's run creates its table `IF NOT EXISTS`,
+/// which needs CREATE on the schema. Anything else (a pending, failed, changed or unknown
+/// migration) goes through sqlx's run, which applies it or says what is wrong.
+fn up_to_date(applied: &[AppliedRow]) -> bool {
+    applied.len() == MIGRATOR.iter().count()
+        && MIGRATOR.iter().all(|m| {
+            applied
+                .iter()
+                .any(|a| a.version == m.version && *a.checksum == *m.checksum)
+        })
 }
 
 /// Records migration 1 as applied without running it: same version, description and checksum as
@@ -182,6 +205,7 @@ struct AppliedRow {
     description: String,
     installed_on: DateTime<Utc>,
     execution_time: i64,
+    checksum: Vec<u8>,
 }
 
 /// The successful rows of `_sqlx_migrations`; none when the table does not exist.
@@ -193,7 +217,7 @@ async fn applied_rows(conn: &mut PgConnection) -> anyhow::Result<Vec<AppliedRow>
         return Ok(Vec::new());
     }
     Ok(sqlx::query_as(
-        "SELECT version, description, installed_on, execution_time
+        "SELECT version, description, installed_on, execution_time, checksum
            FROM _sqlx_migrations WHERE success ORDER BY version",
     )
     .fetch_all(&mut *conn)
@@ -364,6 +388,15 @@ struct CatalogIndex {
 
 /// Reads the catalog entries of migration 1's tables in `schema` and compares them with
 /// migration 1. Reads only.
+/// Whether `migrate` would adopt the tables of a schema that has not recorded migration 1 (they
+/// match it, or there are none). Reads only.
+pub async fn adoptable(conn: &mut PgConnection, schema: &Schema) -> anyhow::Result<bool> {
+    Ok(!matches!(
+        inspect(conn, schema).await?,
+        Existing::Differs(_)
+    ))
+}
+
 async fn inspect(conn: &mut PgConnection, schema: &Schema) -> anyhow::Result<Existing> {
     let tables = catalog_tables(conn, schema).await?;
     if tables.is_empty() {

@@ -7,6 +7,31 @@
 //! one with `SET LOCAL` in each transaction, and there every statement runs in a transaction of
 //! its own ([`Pin`]).
 
+/// When a pending row became late, as an SQL expression over `outbox`'s columns: the moment its
+/// lag counts from (`stats --warn-lag/--crit-lag`, the `oldest_pending_lag_seconds` gauges,
+/// doctor's `oldest_pending`), or NULL for a row that is not late at all. A macro, so that the
+/// statements that use it stay `concat!`-ed constants.
+///
+/// - Never tried and due: from when it fell due, `available_at` (not before `created_at`: a row
+///   inserted with a past `available_at` was not late before it existed).
+/// - Tried before (waiting for a retry's backoff, due again, or being retried now): from when it
+///   first fell due. No column records that, since a failure moves `available_at` to the end of
+///   its backoff, so `created_at` stands for it: exact for an event inserted due (the default),
+///   early by the delay for one published with `--delay` or `--at` (such an event, once it has
+///   failed, counts its delay as lag too).
+/// - Scheduled for later and never tried: NULL, not late.
+///
+/// A leased row's `attempt_count` already counts the attempt in flight (the claim adds it), so
+/// "tried before" is `attempt_count > 1` for it and `> 0` for the others. Costs nothing to read:
+/// every column is in the row the pending figures already visit.
+macro_rules! late_since {
+    () => {
+        "CASE WHEN attempt_count > (CASE WHEN locked_until >= now() THEN 1 ELSE 0 END)
+                   THEN created_at
+              WHEN available_at <= now() THEN greatest(created_at, available_at) END"
+    };
+}
+
 pub mod audit;
 pub mod dead;
 pub mod doctor;
@@ -18,6 +43,7 @@ pub mod prune;
 pub mod publish;
 pub mod relay;
 pub mod stats;
+pub mod timestamp;
 
 use std::sync::Arc;
 
@@ -25,7 +51,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
-use crate::config::{DbConfig, Pooler};
+use crate::config::{DbConfig, Pooler, Schema};
 use crate::exit::CodedError;
 
 /// How a command's statements reach PostgreSQL through a transaction-pooling proxy (`--pooler
@@ -166,6 +192,33 @@ pub fn explain_pooler(err: anyhow::Error) -> anyhow::Error {
     }
 }
 
+/// `err` with the role it happened to and what to grant, when its cause is PostgreSQL's
+/// `insufficient_privilege` (42501, "permission denied for table ..."); else unchanged. The exit
+/// code stays the error's own.
+pub fn explain_privilege(err: anyhow::Error) -> anyhow::Error {
+    let denied = err
+        .chain()
+        .filter_map(|e| e.downcast_ref::<sqlx::Error>())
+        .any(|e| matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501")));
+    let Some((role, schema)) = CONNECTED.get().filter(|_| denied) else {
+        return err;
+    };
+    let role_sql = format!("\"{}\"", role.replace('"', "\"\""));
+    let schema_sql = schema.quoted();
+    CodedError {
+        code: crate::exit::code_of(&err),
+        message: format!(
+            "{} (as role `{role}`): grant that role what outboxctl needs on schema `{}`, e.g. \
+             GRANT USAGE ON SCHEMA {schema_sql} TO {role_sql}; GRANT SELECT, INSERT, UPDATE, \
+             DELETE ON ALL TABLES IN SCHEMA {schema_sql} TO {role_sql}; GRANT USAGE ON ALL \
+             SEQUENCES IN SCHEMA {schema_sql} TO {role_sql}",
+            crate::exit::message(&err),
+            schema.name()
+        ),
+    }
+    .into()
+}
+
 /// Whether `err` means the connection itself is gone (server restart, `pg_terminate_backend`, a
 /// network cut), as opposed to a statement failing on a healthy session. Such a connection must
 /// not go back to the pool: see [`discard_if_broken`].
@@ -278,6 +331,9 @@ async fn init_session(conn: &mut PgConnection, cfg: &DbConfig) -> sqlx::Result<(
 
 /// One connection, with the configured timeout, whose search path is the configured schema
 /// (under transaction pooling: whose transactions opened by [`Pin`] get that search path).
+/// The role and schema of this process's first connection, for [`explain_privilege`].
+static CONNECTED: std::sync::OnceLock<(String, Schema)> = std::sync::OnceLock::new();
+
 pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
     match tokio::time::timeout(
         cfg.connect_timeout,
@@ -300,6 +356,15 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
                     check_search_path(&mut tx, cfg).await?;
                     tx.commit().await.map_err(|e| connect_error(cfg, e))?;
                 }
+            }
+            let who = (cfg.options.get_username().to_owned(), cfg.schema.clone());
+            if CONNECTED.set(who).is_ok() {
+                tracing::info!(
+                    "connected to {} (schema `{}`; settings from {})",
+                    cfg.display,
+                    cfg.schema.name(),
+                    cfg.source
+                );
             }
             Ok(conn)
         }
@@ -396,23 +461,54 @@ pub async fn ensure_migrated_through<'a>(
     through: i64,
 ) -> anyhow::Result<()> {
     let mut conn = conn.acquire().await?;
-    let (exists, missing) = Pin::new(cfg, &[])
+    let schema = cfg.schema.clone();
+    let (exists, missing, foreign) = Pin::new(cfg, &[])
         .run(&mut conn, async |c| {
             let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox') IS NOT NULL")
                 .fetch_one(&mut *c)
                 .await?;
+            if !exists {
+                // A schema the role may not use is left out of its search path: say that, not
+                // "no outbox table".
+                let (present, usable, role): (bool, bool, String) = sqlx::query_as(
+                    "SELECT n.oid IS NOT NULL,
+                            coalesce(has_schema_privilege(n.oid, 'USAGE'), false),
+                            current_user::text
+                       FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = $1",
+                )
+                .bind(schema.name())
+                .fetch_one(&mut *c)
+                .await?;
+                if present && !usable {
+                    anyhow::bail!(
+                        "role `{role}` may not use schema `{}` (permission denied): GRANT USAGE ON SCHEMA {} TO \"{}\", and the table privileges its commands need",
+                        schema.name(),
+                        schema.quoted(),
+                        role.replace('"', "\"\"")
+                    );
+                }
+            }
             let missing = if exists {
                 migrate::missing_through(c, through).await?
             } else {
                 Vec::new()
             };
-            Ok::<_, anyhow::Error>((exists, missing))
+            // Migration 1 unrecorded: a seed-era table `migrate` adopts, or someone else's.
+            let foreign = missing.contains(&1) && !migrate::adoptable(c, &schema).await?;
+            Ok::<_, anyhow::Error>((exists, missing, foreign))
         })
         .await?;
     let name = cfg.schema.name();
     if !exists {
         anyhow::bail!(
             "no outbox table in schema `{name}`: run `outboxctl migrate --schema {name}` first"
+        );
+    }
+    if foreign {
+        anyhow::bail!(
+            "schema `{name}` has an outbox table that outboxctl did not create and that cannot be \
+             adopted (it differs from migration 1): `outboxctl migrate --check --schema {name}` \
+             lists the differences; use another --schema, or rename that table"
         );
     }
     if !missing.is_empty() {
@@ -506,6 +602,7 @@ mod tests {
             connect_timeout: std::time::Duration::from_secs(1),
             pooler,
             display: "u@h:5432/d".into(),
+            source: crate::config::FROM_URL,
         };
         for direct in [Pooler::None, Pooler::Session] {
             assert!(!Pin::new(&cfg(direct), &[("a", "1".into())]).is_pinned());

@@ -24,7 +24,7 @@ use super::audit::Audit;
 use super::relay::{BatchLimit, Claim, ClaimedRow};
 
 /// What a dead-lettered head does to its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OnDead {
     /// The key stops until the head is requeued or skipped.
@@ -91,7 +91,7 @@ pub async fn load(conn: &mut PgConnection) -> sqlx::Result<Option<Ordering>> {
 }
 
 /// One row of `ordering status`.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, schemars::JsonSchema)]
 pub struct StatusRow {
     /// `*` for every type.
     pub aggregate_type: String,
@@ -263,7 +263,7 @@ pub async fn any_enabled(conn: &mut PgConnection) -> sqlx::Result<bool> {
 }
 
 /// What `ordering skip` did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Skipped {
     /// The dead head no longer blocks its key.
@@ -324,11 +324,13 @@ pub async fn skip(
 }
 
 /// Blocked keys: how many, the events they hold back, and the oldest block.
-#[derive(Debug, Clone, Default, sqlx::FromRow, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, sqlx::FromRow, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct Blocked {
+    /// Ordered keys blocked by a dead-lettered head.
     pub blocked_keys: i64,
     /// Pending events of the blocked keys.
     pub blocked_events: i64,
+    /// When the oldest blocking head was dead-lettered; null when none blocks.
     pub oldest_blocked_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 

@@ -7,6 +7,12 @@
 //! not (or no longer) eligible is never deleted, whatever happened between the pick and the
 //! delete. Each batch also returns where it stopped so the next one starts there, instead of
 //! walking again over the index entries of rows already deleted (they stay until VACUUM).
+//!
+//! The DELETE reaches its rows by a TID scan whatever the statistics say: its re-check is
+//! written `(...) IS TRUE`, which no index can serve, so the only ways in are the ctid array
+//! (a TID scan) or a sequential scan. Written plainly, the re-check let the planner, with
+//! statistics from before a drain (no row published), walk `outbox_published_at_idx` over the
+//! whole range filtering `ctid = ANY(...)` at every batch: rows x batch (issue 22 item 10).
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres};
@@ -36,10 +42,29 @@ pub async fn count_published(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> 
         .await
 }
 
-/// Dead letters dead-lettered before `cutoff`.
+/// Dead letters dead-lettered before `cutoff` that prune may delete: not those that block their
+/// ordered key (see [`count_blocking_dead`]).
 pub async fn count_dead(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
     sqlx::query_scalar(
-        "SELECT count(*) FROM outbox WHERE dead_lettered_at < $1 AND published_at IS NULL",
+        "SELECT count(*) FROM outbox
+          WHERE dead_lettered_at < $1 AND published_at IS NULL AND blocks_key IS NOT TRUE",
+    )
+    .bind(cutoff)
+    .fetch_one(conn)
+    .await
+}
+
+/// Dead letters dead-lettered before `cutoff` that block their ordered key: prune keeps them
+/// until an operator decides (requeue, `ordering skip`, `dead discard`). Reads the blocking
+/// dead letters' partial index (migration 6).
+pub async fn count_blocking_dead(
+    conn: &mut PgConnection,
+    cutoff: DateTime<Utc>,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox
+          WHERE blocks_key AND dead_lettered_at IS NOT NULL AND dead_lettered_at < $1
+            AND published_at IS NULL",
     )
     .bind(cutoff)
     .fetch_one(conn)
@@ -53,6 +78,14 @@ pub async fn count_processed(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> 
         .fetch_one(conn)
         .await
 }
+
+/// Every batch statement, by name (for EXPLAIN in tests): each deletes by `ctid = ANY(ARRAY(..))`.
+pub const BATCH_STATEMENTS: [(&str, &str); 4] = [
+    ("published", DELETE_PUBLISHED),
+    ("dead", DELETE_DEAD),
+    ("processed_messages", DELETE_PROCESSED),
+    ("audit", DELETE_AUDIT),
+];
 
 /// A prune run's audit row. It is created by the first batch that deletes anything (a run that
 /// deletes nothing changed nothing and leaves no row), in that batch's statement; every later
@@ -131,6 +164,22 @@ where
     })
 }
 
+/// [`delete_published`]'s statement.
+pub const DELETE_PUBLISHED: &str = concat!(
+    "WITH d AS (
+         DELETE FROM outbox
+          WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM outbox
+                     WHERE published_at < $1
+                       AND published_at >= coalesce($2, '-infinity'::timestamptz)
+                     ORDER BY published_at
+                     LIMIT $3))
+            AND (published_at < $1) IS TRUE
+         RETURNING published_at
+     ), n AS (SELECT count(*) AS n, max(published_at) AS next FROM d)",
+    prune_audit_tail!()
+);
+
 /// Deletes up to `n` events published before `cutoff`, oldest first, starting at `from` (the
 /// previous batch's `next`), and counts them into the run's audit row. Reads a range of
 /// `outbox_published_at_idx`.
@@ -141,30 +190,25 @@ pub async fn delete_published(
     n: u32,
     audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<DateTime<Utc>>> {
-    batch(
-        conn,
-        concat!(
-            "WITH d AS (
-             DELETE FROM outbox
-              WHERE ctid = ANY(ARRAY(
-                        SELECT ctid FROM outbox
-                         WHERE published_at < $1
-                           AND published_at >= coalesce($2, '-infinity'::timestamptz)
-                         ORDER BY published_at
-                         LIMIT $3))
-                AND published_at < $1
-             RETURNING published_at
-         ), n AS (SELECT count(*) AS n, max(published_at) AS next FROM d)",
-            prune_audit_tail!()
-        ),
-        "published",
-        cutoff,
-        from,
-        n,
-        audit,
-    )
-    .await
+    batch(conn, DELETE_PUBLISHED, "published", cutoff, from, n, audit).await
 }
+
+/// [`delete_dead`]'s statement.
+pub const DELETE_DEAD: &str = concat!(
+    "WITH d AS (
+         DELETE FROM outbox
+          WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM outbox
+                     WHERE dead_lettered_at < $1
+                       AND dead_lettered_at >= coalesce($2, '-infinity'::timestamptz)
+                       AND published_at IS NULL AND blocks_key IS NOT TRUE
+                     ORDER BY dead_lettered_at
+                     LIMIT $3))
+            AND (dead_lettered_at < $1 AND published_at IS NULL AND blocks_key IS NOT TRUE) IS TRUE
+         RETURNING dead_lettered_at
+     ), n AS (SELECT count(*) AS n, max(dead_lettered_at) AS next FROM d)",
+    prune_audit_tail!()
+);
 
 /// Deletes up to `n` dead letters dead-lettered before `cutoff`, oldest first, starting at `from`,
 /// and counts them into the run's audit row. Reads a range of `outbox_dead_idx`. A row requeued
@@ -176,32 +220,23 @@ pub async fn delete_dead(
     n: u32,
     audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<DateTime<Utc>>> {
-    batch(
-        conn,
-        concat!(
-            "WITH d AS (
-             DELETE FROM outbox
-              WHERE ctid = ANY(ARRAY(
-                        SELECT ctid FROM outbox
-                         WHERE dead_lettered_at < $1
-                           AND dead_lettered_at >= coalesce($2, '-infinity'::timestamptz)
-                           AND published_at IS NULL
-                         ORDER BY dead_lettered_at
-                         LIMIT $3))
-                AND dead_lettered_at < $1
-                AND published_at IS NULL
-             RETURNING dead_lettered_at
-         ), n AS (SELECT count(*) AS n, max(dead_lettered_at) AS next FROM d)",
-            prune_audit_tail!()
-        ),
-        "dead",
-        cutoff,
-        from,
-        n,
-        audit,
-    )
-    .await
+    batch(conn, DELETE_DEAD, "dead", cutoff, from, n, audit).await
 }
+
+/// [`delete_processed`]'s statement.
+pub const DELETE_PROCESSED: &str = concat!(
+    "WITH d AS (
+         DELETE FROM processed_messages
+          WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM processed_messages
+                     WHERE ctid > coalesce($2::text, '(0,0)')::tid
+                       AND processed_at < $1
+                     LIMIT $3))
+            AND (processed_at < $1) IS TRUE
+         RETURNING ctid
+     ), n AS (SELECT count(*) AS n, max(ctid)::text AS next FROM d)",
+    prune_audit_tail!()
+);
 
 /// Deletes up to `n` processed_messages rows processed before `cutoff`, walking the heap in ctid
 /// order from `from` (a TID range scan: the table has no index on processed_at, and this never
@@ -216,19 +251,7 @@ pub async fn delete_processed(
 ) -> sqlx::Result<Batch<String>> {
     batch(
         conn,
-        concat!(
-            "WITH d AS (
-             DELETE FROM processed_messages
-              WHERE ctid = ANY(ARRAY(
-                        SELECT ctid FROM processed_messages
-                         WHERE ctid > coalesce($2::text, '(0,0)')::tid
-                           AND processed_at < $1
-                         LIMIT $3))
-                AND processed_at < $1
-             RETURNING ctid
-         ), n AS (SELECT count(*) AS n, max(ctid)::text AS next FROM d)",
-            prune_audit_tail!()
-        ),
+        DELETE_PROCESSED,
         "processed_messages",
         cutoff,
         from,
@@ -246,6 +269,22 @@ pub async fn count_audit(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx
         .await
 }
 
+/// [`delete_audit`]'s statement.
+pub const DELETE_AUDIT: &str = concat!(
+    "WITH w AS (
+         SELECT ctid, id, at FROM outbox_audit
+          WHERE id > coalesce($2::bigint, 0)
+          ORDER BY id
+          LIMIT $3
+     ), d AS (
+         DELETE FROM outbox_audit
+          WHERE ctid = ANY(ARRAY(SELECT ctid FROM w WHERE at < $1))
+            AND (at < $1) IS TRUE
+         RETURNING id
+     ), n AS (SELECT count(*) AS n, (SELECT max(id) FROM w) AS next FROM d)",
+    prune_audit_tail!()
+);
+
 /// Deletes the audit trail rows written before `cutoff` among the next `n` rows by id after
 /// `from` (a bounded primary-key range: the table has no index on `at`, and ids follow `at` to
 /// within one transaction's length), and counts them into the run's audit row. `next` is the
@@ -259,29 +298,7 @@ pub async fn delete_audit(
     n: u32,
     audit: &mut PruneAudit,
 ) -> sqlx::Result<Batch<i64>> {
-    batch(
-        conn,
-        concat!(
-            "WITH w AS (
-             SELECT ctid, id, at FROM outbox_audit
-              WHERE id > coalesce($2::bigint, 0)
-              ORDER BY id
-              LIMIT $3
-         ), d AS (
-             DELETE FROM outbox_audit
-              WHERE ctid = ANY(ARRAY(SELECT ctid FROM w WHERE at < $1))
-                AND at < $1
-             RETURNING id
-         ), n AS (SELECT count(*) AS n, (SELECT max(id) FROM w) AS next FROM d)",
-            prune_audit_tail!()
-        ),
-        "audit",
-        cutoff,
-        from,
-        n,
-        audit,
-    )
-    .await
+    batch(conn, DELETE_AUDIT, "audit", cutoff, from, n, audit).await
 }
 
 /// Who holds a lease.

@@ -374,15 +374,22 @@ pub struct Failure {
     pub retry_in: Duration,
     pub dead: bool,
     pub error: String,
+    /// The publish counts as an attempt (the claim counted it). False for an event the sink
+    /// pushed back on ([`crate::sink::SinkError::Backpressure`]): deferred, its count restored.
+    pub counted: bool,
 }
 
 /// What a failed publish does to its row: a retry at `now() + delay`, or a dead letter; the
-/// sink's error either way. `$1..$4` are the columns of [`failure_columns`]; used by both modes.
+/// sink's error either way; an uncounted one (deferred) gives back the attempt its claim
+/// counted. `$1..$5` are the columns of [`failure_columns`]; used by both modes.
 const FAILURE_OUTCOME: &str = "available_at = CASE WHEN f.dead THEN o.available_at
                                     ELSE now() + f.delay * interval '1 microsecond' END,
                 dead_lettered_at = CASE WHEN f.dead THEN now() END,
+                attempt_count = CASE WHEN f.counted THEN o.attempt_count
+                                     ELSE greatest(o.attempt_count - 1, 0) END,
                 last_error = f.err
-           FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::text[]) AS f(id, delay, dead, err)";
+           FROM unnest($1::bigint[], $2::bigint[], $3::bool[], $4::text[], $5::bool[])
+                AS f(id, delay, dead, err, counted)";
 
 /// Lease mode: records failures (retry later, or dead-letter) for rows `token` still owns and
 /// has not settled yet (`locked_until IS NOT NULL`: the claim set it, the settle clears it), so a
@@ -395,12 +402,12 @@ pub async fn settle_failed(
     if failures.is_empty() {
         return Ok(Vec::new());
     }
-    let (ids, delays, dead, errors) = failure_columns(failures);
+    let (ids, delays, dead, errors, counted) = failure_columns(failures);
     let sql = format!(
         "UPDATE outbox o
             SET locked_until = NULL,
                 {FAILURE_OUTCOME}
-          WHERE o.id = f.id AND o.claim_token = $5 AND o.locked_until IS NOT NULL
+          WHERE o.id = f.id AND o.claim_token = $6 AND o.locked_until IS NOT NULL
             AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
           RETURNING o.id"
     );
@@ -409,6 +416,7 @@ pub async fn settle_failed(
         .bind(delays)
         .bind(dead)
         .bind(errors)
+        .bind(counted)
         .bind(token)
         .persistent(true)
         .fetch_all(conn)
@@ -421,7 +429,7 @@ pub async fn revert_tx(conn: &mut PgConnection, failures: &[Failure]) -> sqlx::R
     if failures.is_empty() {
         return Ok(0);
     }
-    let (ids, delays, dead, errors) = failure_columns(failures);
+    let (ids, delays, dead, errors, counted) = failure_columns(failures);
     let sql = format!(
         "UPDATE outbox o
             SET published_at = NULL,
@@ -433,17 +441,22 @@ pub async fn revert_tx(conn: &mut PgConnection, failures: &[Failure]) -> sqlx::R
         .bind(delays)
         .bind(dead)
         .bind(errors)
+        .bind(counted)
         .execute(conn)
         .await?
         .rows_affected())
 }
 
-fn failure_columns(failures: &[Failure]) -> (Vec<i64>, Vec<i64>, Vec<bool>, Vec<&str>) {
+/// The columns of [`FAILURE_OUTCOME`]'s `unnest`.
+type FailureColumns<'a> = (Vec<i64>, Vec<i64>, Vec<bool>, Vec<&'a str>, Vec<bool>);
+
+fn failure_columns(failures: &[Failure]) -> FailureColumns<'_> {
     (
         failures.iter().map(|f| f.id).collect(),
         failures.iter().map(|f| micros(f.retry_in)).collect(),
         failures.iter().map(|f| f.dead).collect(),
         failures.iter().map(|f| f.error.as_str()).collect(),
+        failures.iter().map(|f| f.counted).collect(),
     )
 }
 
@@ -461,6 +474,22 @@ pub async fn release(conn: &mut PgConnection, ids: &[i64], token: Uuid) -> sqlx:
             AND published_at IS NULL AND dead_lettered_at IS NULL",
     )
     .bind(ids)
+    .bind(token)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// Lease mode: gives back every row still leased to `token` and unsettled, undoing its attempt:
+/// after a claim whose reply was lost, when the relay does not know which rows it took. Through
+/// the pending rows' index (claimed rows were due), so it reads the backlog, not the table.
+pub async fn release_token(conn: &mut PgConnection, token: Uuid) -> sqlx::Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE outbox
+            SET locked_until = NULL, attempt_count = greatest(attempt_count - 1, 0)
+          WHERE claim_token = $1 AND locked_until IS NOT NULL
+            AND published_at IS NULL AND dead_lettered_at IS NULL AND available_at <= now()",
+    )
     .bind(token)
     .execute(conn)
     .await?
@@ -486,16 +515,41 @@ pub async fn still_claimed(
         .await
 }
 
-/// Transaction mode: unmarks rows that were claimed but never published (shutdown).
-pub async fn unclaim_tx(conn: &mut PgConnection, ids: &[i64]) -> sqlx::Result<u64> {
+/// Transaction mode: the committed `last_error` of `ids`, read on a connection other than the
+/// claiming transaction's (which cleared it): what [`unclaim_tx`] puts back.
+pub async fn committed_errors(
+    conn: &mut PgConnection,
+    ids: &[i64],
+) -> sqlx::Result<Vec<(i64, Option<String>)>> {
     if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as("SELECT id, last_error FROM outbox WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_all(conn)
+        .await
+}
+
+/// Transaction mode: unmarks rows that were claimed but never published (shutdown), giving back
+/// the attempt and the `last_error` the claim cleared (`previous`, from [`committed_errors`]).
+pub async fn unclaim_tx(
+    conn: &mut PgConnection,
+    previous: &[(i64, Option<String>)],
+) -> sqlx::Result<u64> {
+    if previous.is_empty() {
         return Ok(0);
     }
+    let (ids, errors): (Vec<i64>, Vec<Option<&str>>) =
+        previous.iter().map(|(id, e)| (*id, e.as_deref())).unzip();
     Ok(sqlx::query(
-        "UPDATE outbox SET published_at = NULL, attempt_count = greatest(attempt_count - 1, 0)
-          WHERE id = ANY($1)",
+        "UPDATE outbox o
+            SET published_at = NULL, attempt_count = greatest(o.attempt_count - 1, 0),
+                last_error = p.err
+           FROM unnest($1::bigint[], $2::text[]) AS p(id, err)
+          WHERE o.id = p.id",
     )
     .bind(ids)
+    .bind(errors)
     .execute(conn)
     .await?
     .rows_affected())

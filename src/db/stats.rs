@@ -49,6 +49,9 @@ pub struct PendingRow {
     pub oldest_ready_created_at: Option<DateTime<Utc>>,
     pub next_due_at: Option<DateTime<Utc>>,
     pub oldest_pending_created_at: Option<DateTime<Utc>>,
+    /// The earliest moment a pending row became late (`late_since!` in `db`); `None` when no row
+    /// is late.
+    pub late_since: Option<DateTime<Utc>>,
 }
 
 /// Starts the read-only snapshot the figures are read in, so they agree with each other.
@@ -78,8 +81,9 @@ pub async fn pending(conn: &mut PgConnection, by: GroupBy) -> sqlx::Result<Vec<P
 
 /// Pending rows (the partial `outbox_ready_idx`), split into ready, scheduled and leased; plus
 /// those that failed at least once and wait for a retry (`retrying`: counted attempts, not
-/// leased), and the oldest pending row's `created_at` whatever its state, so an outage or a
-/// backlog of retries shows as age even when nothing is ready.
+/// leased), the oldest pending row's `created_at` whatever its state, so an outage or a
+/// backlog of retries shows as age even when nothing is ready, and since when the most overdue
+/// row has been late (`late_since!`: a delayed event that was never tried is not late).
 pub fn pending_sql(by: GroupBy) -> String {
     // Leased: locked_until >= now(). Ready: due and not leased. Scheduled: not due, not leased.
     format!(
@@ -91,7 +95,8 @@ pub fn pending_sql(by: GroupBy) -> String {
                 min(available_at) FILTER (WHERE {due} AND {free}) AS oldest_ready_available_at,
                 min(created_at) FILTER (WHERE {due} AND {free}) AS oldest_ready_created_at,
                 min(available_at) FILTER (WHERE NOT {due} AND {free}) AS next_due_at,
-                min(created_at) AS oldest_pending_created_at
+                min(created_at) AS oldest_pending_created_at,
+                min({late}) AS late_since
            FROM outbox
           WHERE published_at IS NULL AND dead_lettered_at IS NULL
           GROUP BY {group}",
@@ -99,6 +104,7 @@ pub fn pending_sql(by: GroupBy) -> String {
         group = by.group(),
         due = "available_at <= now()",
         free = "(locked_until IS NULL OR locked_until < now())",
+        late = late_since!(),
     )
 }
 

@@ -341,7 +341,8 @@ pub async fn daemon(
                     // A batch claimed before the circuit opened: the outage is known already.
                     Some(_) if circuit.is_some() && !step.probe => {}
                     Some(e) => {
-                        let wait = Circuit::failed(&mut circuit, e, relay.cfg.backoff);
+                        let wait =
+                            Circuit::failed(&mut circuit, e, r.unavailable, relay.cfg.backoff);
                         health.set_circuit_open(true);
                         pause = Some(pause.map_or(wait, |p| p.max(wait)));
                     }
@@ -444,8 +445,13 @@ const PROBE_MAX: u32 = 16;
 
 impl Circuit {
     /// Records an outage batch (opening the circuit, with a WARN, if it was closed) and returns
-    /// how long to wait before the next probe.
-    fn failed(circuit: &mut Option<Circuit>, e: &SinkError, backoff: Backoff) -> Duration {
+    /// how long to wait before the next probe. `events`: how many the batch gave back.
+    fn failed(
+        circuit: &mut Option<Circuit>,
+        e: &SinkError,
+        events: u64,
+        backoff: Backoff,
+    ) -> Duration {
         let retry_after = match e {
             SinkError::Unavailable { retry_after, .. } => *retry_after,
             _ => None,
@@ -467,6 +473,7 @@ impl Circuit {
             None => {
                 RelayEvent::CircuitOpened {
                     error: e.to_string(),
+                    events,
                 }
                 .emit();
                 circuit.insert(Circuit {

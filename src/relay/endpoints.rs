@@ -261,6 +261,8 @@ async fn sample_if_due(state: &Arc<State>) {
                 metrics::gauge!(m::DEAD).set(s.dead as f64);
                 metrics::gauge!(m::OLDEST_PENDING_AGE)
                     .set(s.oldest_pending_age_seconds.unwrap_or(0.0).max(0.0));
+                metrics::gauge!(m::OLDEST_PENDING_LAG)
+                    .set(s.oldest_pending_lag_seconds.unwrap_or(0.0).max(0.0));
                 metrics::gauge!(m::BLOCKED_KEYS).set(s.blocked_keys as f64);
                 metrics::gauge!(m::BLOCKED_EVENTS).set(s.blocked_events as f64);
                 metrics::gauge!(m::DATABASE_UP).set(1.0);

@@ -58,11 +58,17 @@ pub enum RelayEvent {
     /// per [`FAILURE_WARN_EVERY`], with the first error text and how many failures the line
     /// stands for. Outages are the daemon's circuit's; dead letters have their own line.
     SinkFailed { failures: u64, error: String },
+    /// Events of a batch the sink pushed back on while it took others (see
+    /// [`crate::sink::SinkError::Backpressure`]): deferred with no attempt counted; logged like
+    /// [`RelayEvent::SinkFailed`], at most once per [`FAILURE_WARN_EVERY`].
+    SinkDeferred { events: u64, error: String },
     /// A step ended (the loops emit one per step that claimed something): its counts and timings
     /// go to the counters and histograms; a DEBUG line.
     StepDone(StepDone),
-    /// The sink went into an outage: the daemon pauses claims and probes.
-    CircuitOpened { error: String },
+    /// The sink went into an outage: the daemon pauses claims and probes. `events`: how many
+    /// events of the batch that opened it were given back; `error` is the first one's (one
+    /// line, however large the batch).
+    CircuitOpened { error: String, events: u64 },
     /// The outage is over.
     CircuitClosed { after: Duration, probes: u32 },
     /// The relay read a changed `outbox_ordering` (or, at its first claim, found ordering on):
@@ -72,6 +78,13 @@ pub enum RelayEvent {
     ShutdownRequested,
     /// Second SIGTERM/SIGINT: the process exits at once.
     SecondSignal,
+    /// SIGHUP: the sink reopened what it writes to (`Some(Ok)`: the file sink, after a log
+    /// rotation), could not (`Some(Err)`: it keeps writing to the file it had open), or has
+    /// nothing to reopen (`None`). Never stops the relay.
+    Hangup {
+        sink: String,
+        reopened: Option<Result<(), String>>,
+    },
 }
 
 /// What the heartbeat reports: the outbox's figures (absent when the query failed) and what the
@@ -97,6 +110,7 @@ pub struct StepDone {
     pub lease_lost: u64,
     pub unavailable: u64,
     pub sink_failures: u64,
+    pub deferred: u64,
     /// The sink's publish of the batch.
     pub publish: Option<Duration>,
     /// The whole step: claim, publish, settle.
@@ -114,6 +128,7 @@ impl StepDone {
             lease_lost: r.lease_lost,
             unavailable: r.unavailable,
             sink_failures: r.sink_failures,
+            deferred: r.deferred,
             publish: r.publish_elapsed,
             elapsed,
         }
@@ -148,6 +163,7 @@ impl RelayEvent {
                     (m::LEASE_LOST, s.lease_lost),
                     (m::UNAVAILABLE, s.unavailable),
                     (m::SINK_FAILURES, s.sink_failures),
+                    (m::DEFERRED, s.deferred),
                 ] {
                     if n > 0 {
                         metrics::counter!(name).increment(n);
@@ -158,8 +174,9 @@ impl RelayEvent {
                 }
                 metrics::histogram!(m::BATCH_DURATION).record(s.elapsed.as_secs_f64());
             }
-            RelayEvent::CircuitOpened { error } => {
+            RelayEvent::CircuitOpened { error, events } => {
                 tracing::warn!(
+                    events,
                     error = error.as_str(),
                     "sink unavailable: pausing claims and probing until it is back (events are given back untouched, no attempt counted)"
                 );
@@ -277,28 +294,55 @@ impl RelayEvent {
                 ),
             },
             RelayEvent::SinkFailed { failures, error } => FAILURE_WARN.emit(*failures, error),
+            RelayEvent::SinkDeferred { events, error } => DEFERRED_WARN.emit(*events, error),
             RelayEvent::ShutdownRequested => tracing::info!(
                 "shutting down: finishing in-flight publishes (a second signal exits at once)"
             ),
             RelayEvent::SecondSignal => tracing::warn!(
                 "second signal: exiting now; unsettled claims are retried after their lease"
             ),
+            RelayEvent::Hangup { sink, reopened } => match reopened {
+                Some(Ok(())) => tracing::info!(
+                    sink = sink.as_str(),
+                    "SIGHUP: reopened the file; the next batch goes to it"
+                ),
+                Some(Err(e)) => tracing::warn!(
+                    sink = sink.as_str(),
+                    error = e.as_str(),
+                    "SIGHUP: cannot reopen the file; still appending to the one open before"
+                ),
+                None => tracing::info!(
+                    sink = sink.as_str(),
+                    "SIGHUP: nothing to reopen (only the file sink reopens its file); carrying on"
+                ),
+            },
         }
     }
 }
 
 /// The rate limiter of [`RelayEvent::SinkFailed`]'s WARN (one per process: relays in one
 /// process share a sink).
-static FAILURE_WARN: RateLimitedWarn = RateLimitedWarn::new();
+static FAILURE_WARN: RateLimitedWarn = RateLimitedWarn::new(Warned::Failed);
+/// The same for [`RelayEvent::SinkDeferred`].
+static DEFERRED_WARN: RateLimitedWarn = RateLimitedWarn::new(Warned::Deferred);
 const FAILURE_WARN_EVERY: Duration = Duration::from_secs(10);
 
+/// What a [`RateLimitedWarn`] counts.
+#[derive(Clone, Copy)]
+enum Warned {
+    Failed,
+    Deferred,
+}
+
 struct RateLimitedWarn {
+    what: Warned,
     state: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
 }
 
 impl RateLimitedWarn {
-    const fn new() -> Self {
+    const fn new(what: Warned) -> Self {
         Self {
+            what,
             state: std::sync::Mutex::new((None, 0)),
         }
     }
@@ -310,12 +354,20 @@ impl RateLimitedWarn {
         if st.0.is_some_and(|t| t.elapsed() < FAILURE_WARN_EVERY) {
             return;
         }
-        tracing::warn!(
-            failures = st.1,
-            error = %error,
-            "the sink failed {}; retrying with backoff",
-            crate::output::plural(st.1, "publish", "publishes")
-        );
+        match self.what {
+            Warned::Failed => tracing::warn!(
+                failures = st.1,
+                error = %error,
+                "the sink failed {}; retrying with backoff",
+                crate::output::plural(st.1, "publish", "publishes")
+            ),
+            Warned::Deferred => tracing::warn!(
+                deferred = st.1,
+                error = %error,
+                "the sink pushed back on {} while it took others; deferred, no attempt counted",
+                crate::output::plural(st.1, "event", "events")
+            ),
+        }
         *st = (Some(std::time::Instant::now()), 0);
     }
 }

@@ -25,6 +25,7 @@ pub const DEAD_LETTERED: &str = "outboxctl_events_dead_lettered_total";
 pub const RELEASED: &str = "outboxctl_events_released_total";
 pub const LEASE_LOST: &str = "outboxctl_events_lease_lost_total";
 pub const UNAVAILABLE: &str = "outboxctl_events_unavailable_total";
+pub const DEFERRED: &str = "outboxctl_events_deferred_total";
 pub const SINK_FAILURES: &str = "outboxctl_sink_failures_total";
 pub const PUBLISH_DURATION: &str = "outboxctl_publish_duration_seconds";
 pub const BATCH_DURATION: &str = "outboxctl_batch_duration_seconds";
@@ -39,6 +40,7 @@ pub const RETRYING: &str = "outboxctl_backlog_retrying";
 pub const IN_FLIGHT: &str = "outboxctl_backlog_in_flight";
 pub const DEAD: &str = "outboxctl_backlog_dead";
 pub const OLDEST_PENDING_AGE: &str = "outboxctl_backlog_oldest_pending_age_seconds";
+pub const OLDEST_PENDING_LAG: &str = "outboxctl_backlog_oldest_pending_lag_seconds";
 pub const BLOCKED_KEYS: &str = "outboxctl_ordering_blocked_keys";
 pub const BLOCKED_EVENTS: &str = "outboxctl_ordering_blocked_events";
 pub const SAMPLE_ERRORS: &str = "outboxctl_backlog_sample_errors_total";
@@ -54,6 +56,7 @@ pub const ALL: &[(&str, Kind, &str)] = &[
     (RELEASED, Kind::Counter, "Events claimed and given back untouched (shutdown, lease running out, sink outage)."),
     (LEASE_LOST, Kind::Counter, "Settles that found the row claimed again by another relay (the lease had expired)."),
     (UNAVAILABLE, Kind::Counter, "Events given back because the sink as a whole could not take them (an outage)."),
+    (DEFERRED, Kind::Counter, "Events the sink pushed back on (full, rate limited, topic missing) while it took others: scheduled again, no attempt counted."),
     (SINK_FAILURES, Kind::Counter, "Publishes the sink failed (retried or dead-lettered)."),
     (PUBLISH_DURATION, Kind::Histogram, "Time the sink took to publish one batch."),
     (BATCH_DURATION, Kind::Histogram, "Time of one relay step with at least one event: claim, publish, settle."),
@@ -67,7 +70,8 @@ pub const ALL: &[(&str, Kind, &str)] = &[
     (RETRYING, Kind::Gauge, "Pending events not leased that failed before (a subset of ready and scheduled; sampled)."),
     (IN_FLIGHT, Kind::Gauge, "Pending events leased by a relay (sampled)."),
     (DEAD, Kind::Gauge, "Dead-lettered events (sampled)."),
-    (OLDEST_PENDING_AGE, Kind::Gauge, "Age of the oldest pending event by created_at, 0 when none (sampled)."),
+    (OLDEST_PENDING_AGE, Kind::Gauge, "Age of the oldest pending event by created_at, scheduled ones included, 0 when none (sampled)."),
+    (OLDEST_PENDING_LAG, Kind::Gauge, "How late the most overdue pending event is: since it fell due, or first fell due once it failed (by created_at); an event scheduled for later and never tried is not late; 0 when none is (sampled). Alert on this one."),
     (BLOCKED_KEYS, Kind::Gauge, "Ordered keys blocked by a dead-lettered head (outboxctl ordering; sampled)."),
     (BLOCKED_EVENTS, Kind::Gauge, "Pending events of the blocked ordered keys, held back until the head is requeued or skipped (sampled)."),
     (SAMPLE_ERRORS, Kind::Counter, "Backlog samples that failed (the gauges keep their last values)."),
@@ -91,23 +95,23 @@ pub const BATCH_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// The values of the `sink` label: the schemes `sink::from_spec` accepts (`-` is stdout), and
+/// `other` for anything else.
+pub const SINK_LABELS: &[&str] = &[
+    "stdout", "null", "file", "http", "https", "nats", "redis", "amqp", "kafka",
+];
+
 /// The scheme of a `--sink` spec, for the `sink` label: never the rest of it (hosts, paths and
 /// credentials are not labels).
 pub fn sink_label(spec: &str) -> &'static str {
     let spec = spec.trim();
     let scheme = spec.split_once(':').map_or(spec, |(s, _)| s);
-    match scheme {
-        "stdout" | "-" => "stdout",
-        "null" => "null",
-        "file" => "file",
-        "http" => "http",
-        "https" => "https",
-        "nats" => "nats",
-        "redis" => "redis",
-        "amqp" => "amqp",
-        "kafka" => "kafka",
-        _ => "other",
-    }
+    let scheme = if scheme == "-" { "stdout" } else { scheme };
+    SINK_LABELS
+        .iter()
+        .find(|l| **l == scheme)
+        .copied()
+        .unwrap_or("other")
 }
 
 /// Installs the process's recorder with the relay's labels, describes every metric and sets

@@ -31,12 +31,18 @@ pub use step::{ClaimNotice, Relay, RelayConfig, StepError, MAX_PIPELINE_DEPTH, P
 /// `--batch-bytes` by default: 16 MiB.
 pub const DEFAULT_BATCH_BYTES: u64 = 16 << 20;
 
-/// How claims are settled (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// How claims are settled: `lease` (a committed lease, then a fenced settle) or `tx` (claim,
+/// publish and mark in one transaction); see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Lease,
     Tx,
+}
+
+impl Mode {
+    /// Every mode, e.g. for the metrics reference's `mode` label.
+    pub const ALL: &[Mode] = &[Mode::Lease, Mode::Tx];
 }
 
 /// Capped exponential backoff with jitter: attempt n waits `base * 2^(n-1)`, capped at `max`,
@@ -61,7 +67,7 @@ impl Backoff {
 }
 
 /// What one step, or a whole run, did.
-#[derive(Debug, Default, Clone, PartialEq, Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Report {
     /// Rows claimed.
     pub claimed: u64,
@@ -77,6 +83,10 @@ pub struct Report {
     pub released: u64,
     /// Settles that found the row owned by a newer claim (our lease had expired): nothing changed.
     pub lease_lost: u64,
+    /// Pushed back on by the sink (a full queue, a rate limit, a missing topic: see
+    /// [`crate::sink::SinkError::Backpressure`]) while it took other events of the batch:
+    /// scheduled again later with no attempt counted.
+    pub deferred: u64,
     /// Publish attempts the sink failed (retried + dead-lettered, before fencing).
     pub sink_failures: u64,
     /// Given back untouched because the sink as a whole could not take them (an outage, a closed
@@ -107,6 +117,7 @@ impl Report {
         self.published += o.published;
         self.retried += o.retried;
         self.dead_lettered += o.dead_lettered;
+        self.deferred += o.deferred;
         self.released += o.released;
         self.lease_lost += o.lease_lost;
         self.sink_failures += o.sink_failures;

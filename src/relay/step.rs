@@ -23,13 +23,24 @@ pub enum Failpoint {
     /// Announce on stderr and hang forever after the publish, before the settle, so a test can
     /// `kill -9` the process at exactly that point.
     HangAfterPublish,
+    /// Drop the connection of the first lease claim after it committed and report the
+    /// connection lost: the claim's reply lost on the way back (a network fault that cannot be
+    /// timed from outside).
+    LoseClaimReply,
 }
 
 impl Failpoint {
     pub fn parse(s: &str) -> Option<Self> {
-        (s == "hang-after-publish").then_some(Self::HangAfterPublish)
+        match s {
+            "hang-after-publish" => Some(Self::HangAfterPublish),
+            "lose-claim-reply" => Some(Self::LoseClaimReply),
+            _ => None,
+        }
     }
 }
+
+/// [`Failpoint::LoseClaimReply`] fires once per process.
+static CLAIM_REPLY_LOST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Relay settings, validated.
 #[derive(Debug, Clone)]
@@ -206,12 +217,24 @@ impl Relay {
             if ctl.shutdown.is_cancelled() {
                 return Ok(Report::default());
             }
-            self.pin
+            let result = self
+                .pin
                 .run(&mut conn, async |c| {
                     self.claim(c, limit, ClaimMode::Lease { token }).await
                 })
                 .await
-                .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))?
+                .and_then(|claim| self.failpoint_lose_claim_reply(claim));
+            match result {
+                Ok(claim) => claim,
+                Err(e) => {
+                    crate::db::discard_if_broken(&mut conn, &e);
+                    if crate::db::is_connection_lost(&e) {
+                        drop(conn);
+                        self.release_lost_claim(token).await;
+                    }
+                    return Err(e.into());
+                }
+            }
         };
         claimed(claim.notice(limit));
         let ordered_from = claim.ordered_from;
@@ -307,8 +330,10 @@ impl Relay {
                 if f.dead {
                     report.dead_lettered += 1;
                     report.events.push(p.dead_lettered(f));
-                } else {
+                } else if f.counted {
                     report.retried += 1;
+                } else {
+                    report.deferred += 1;
                 }
             }
         }
@@ -378,8 +403,20 @@ impl Relay {
         }
         // From here the batch is out: a failure rolls its marks back and it is published again.
         let settle = async {
+            // The rows given back keep their previous error: the claim cleared it in this
+            // transaction, so it is read as committed, on another connection (rare: a shutdown
+            // or stall mid-batch).
+            let previous = if sorted.unpublished.is_empty() {
+                Vec::new()
+            } else {
+                let mut other = self.pool.acquire().await?;
+                let mut read = self.pin.begin(&mut other).await?;
+                let previous = sql::committed_errors(&mut read, &sorted.unpublished).await?;
+                read.commit().await?;
+                previous
+            };
             sql::revert_tx(&mut tx, &sorted.failures).await?;
-            let released = sql::unclaim_tx(&mut tx, &sorted.unpublished).await?;
+            let released = sql::unclaim_tx(&mut tx, &previous).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(released)
         };
@@ -393,8 +430,10 @@ impl Relay {
             if f.dead {
                 report.dead_lettered += 1;
                 report.events.push(dead_lettered(&types, f));
-            } else {
+            } else if f.counted {
                 report.retried += 1;
+            } else {
+                report.deferred += 1;
             }
         }
         Ok(report)
@@ -403,7 +442,10 @@ impl Relay {
     /// Splits outcomes into published ids, failures (with retry time or dead-letter decision) and
     /// rows to give back untouched. A failure that is the sink's state rather than the event's
     /// fault ([`batch_verdict`]: an outage, a closed or stalled consumer) is given back like an
-    /// unstarted publish: no attempt counted, no error stored; `report.sink_down` says why.
+    /// unstarted publish: no attempt counted, no error stored; `report.sink_down` says why. An
+    /// event the sink pushed back on while it took others ([`SinkError::Backpressure`]) is
+    /// deferred: its attempt given back, due again after the sink's `Retry-After` or one backoff
+    /// step, never dead-lettered for it.
     fn sort_outcomes(
         &self,
         rows: &[ClaimedRow],
@@ -413,6 +455,7 @@ impl Relay {
         report.sink_down = batch_verdict(&mut outcomes);
         let mut s = Sorted::default();
         let mut retried_errors = Vec::new();
+        let mut deferred_errors = Vec::new();
         for (row, outcome) in rows.iter().zip(outcomes) {
             match outcome {
                 Outcome::Published => s.published.push(row.id),
@@ -420,6 +463,25 @@ impl Relay {
                 Outcome::Failed(err) if err.is_sink_state() => {
                     report.unavailable += 1;
                     s.unpublished.push(row.id);
+                }
+                Outcome::Failed(SinkError::Backpressure {
+                    message,
+                    retry_after,
+                }) => {
+                    let retry_in = retry_after.unwrap_or_else(|| self.cfg.backoff.delay(1));
+                    let message = format!(
+                        "{message} (deferred {} without counting an attempt: the sink took other events of the batch)",
+                        humantime::format_duration(Duration::from_millis(retry_in.as_millis() as u64))
+                    );
+                    tracing::debug!(id = row.id, error = %message, "publish deferred");
+                    deferred_errors.push(message.clone());
+                    s.failures.push(Failure {
+                        id: row.id,
+                        retry_in,
+                        dead: false,
+                        error: truncate_error(&message),
+                        counted: false,
+                    });
                 }
                 Outcome::Failed(err) => {
                     report.sink_failures += 1;
@@ -456,6 +518,7 @@ impl Relay {
                         retry_in,
                         dead,
                         error: truncate_error(&message),
+                        counted: true,
                     });
                 }
             }
@@ -463,6 +526,12 @@ impl Relay {
         if let Some(first) = retried_errors.first() {
             report.events.push(RelayEvent::SinkFailed {
                 failures: retried_errors.len() as u64,
+                error: first.clone(),
+            });
+        }
+        if let Some(first) = deferred_errors.first() {
+            report.events.push(RelayEvent::SinkDeferred {
+                events: deferred_errors.len() as u64,
                 error: first.clone(),
             });
         }
@@ -560,6 +629,43 @@ impl Relay {
             bytes: i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX),
             sizing: self.sizing.get(),
         }
+    }
+
+    /// A lease claim whose connection broke may have committed with its reply lost: its rows
+    /// would stay leased to `token`, which no one holds, until the lease ends. Gives back what
+    /// still carries the token, on a live connection; if that fails too, the lease's end does.
+    async fn release_lost_claim(&self, token: Uuid) {
+        let released = async {
+            let mut conn = crate::db::acquire_live(&self.pool).await?;
+            self.pin
+                .run(&mut conn, async |c| sql::release_token(c, token).await)
+                .await
+        };
+        match released.await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                rows = n,
+                "gave back rows of a claim whose reply was lost with its connection"
+            ),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "could not give back a claim whose reply was lost; its rows are claimable when the lease ends"
+            ),
+        }
+    }
+
+    fn failpoint_lose_claim_reply(&self, claim: Claimed) -> sqlx::Result<Claimed> {
+        if self.cfg.failpoint == Some(Failpoint::LoseClaimReply)
+            && !claim.rows.is_empty()
+            && !CLAIM_REPLY_LOST.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            crate::output::eprint_line("FAILPOINT lose-claim-reply reached");
+            return Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "failpoint lose-claim-reply: the claim's reply was lost",
+            )));
+        }
+        Ok(claim)
     }
 
     async fn failpoint_after_publish(&self) {

@@ -5,8 +5,12 @@
 //! persistent, `content_type` application/json, `message_id` the idempotency key (consumers
 //! dedupe on it; RabbitMQ keeps no dedup state), `type` the event type, the row's headers as AMQP
 //! headers (never `x-*`, `CC`/`BCC` or a relay-set property name: see [`HeaderPolicy::amqp`]).
-//! Published as `mandatory`: a message no queue receives is a retryable failure, not a
-//! silent loss. The connection is made on the first publish and again after it breaks.
+//! Published as `mandatory`: a message no queue receives is not a silent loss. A nack (a queue
+//! at `x-max-length` with `overflow=reject-publish`, a node that cannot take responsibility for
+//! the message) and an unroutable message are the broker's state or its routing, not the
+//! event's fault: [`SinkError::Backpressure`], never counted (an outage when the whole batch gets
+//! them; deferred beside messages the broker took). The connection is made on the first publish
+//! and again after it breaks.
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
@@ -179,16 +183,14 @@ impl AmqpSink {
             .map_err(|err| SinkError::unavailable(format!("RabbitMQ: {err}")))?
             .await
             .map_err(|err| SinkError::unavailable(format!("RabbitMQ: {err}")))?;
-        // A nack (the broker could not take responsibility for it) and a message no queue
-        // received are the broker's state or its routing, not the event's fault: an outage when
-        // the whole batch gets them, this event's retry when others of the batch went through.
+        // See the module doc: never the event's fault, so never counted.
         if confirm.is_nack() {
-            return Err(SinkError::unavailable(
-                "RabbitMQ: the broker nacked the message",
-            ));
+            return Err(SinkError::backpressure(format!(
+                "RabbitMQ: the broker nacked the message for routing key `{routing_key}`: a queue at its x-max-length with overflow=reject-publish, or a node that cannot take it"
+            )));
         }
         if confirm.take_message().is_some() {
-            return Err(SinkError::unavailable(format!(
+            return Err(SinkError::backpressure(format!(
                 "RabbitMQ: no queue is bound for routing key `{routing_key}` on exchange `{}`",
                 self.exchange.as_str()
             )));

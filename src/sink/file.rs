@@ -1,7 +1,8 @@
 //! The file sink: appends JSON lines and fsyncs before the batch is reported published. A batch
 //! is all or nothing: when a write or the fsync fails (disk full, I/O error) the file is truncated
 //! back to its length before the batch, so no half line is left, and the rows are given back
-//! untouched. Writes go through a writer thread of its own (see [`super::local`]).
+//! untouched. Writes go through a writer thread of its own (see [`super::local`]). SIGHUP reopens
+//! the path between two batches, for logrotate (rename, then `kill -HUP`).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -9,6 +10,9 @@ use std::path::PathBuf;
 
 use super::local::{Target, Writer};
 use super::{write_envelope, Event, Outcome, PublishCtl, Sink};
+
+/// How long a SIGHUP waits for the batch being written before it reports the reopen as late.
+const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct FileSink {
     path: PathBuf,
@@ -55,12 +59,24 @@ impl Target for Appender {
     fn what(&self) -> String {
         format!("appending to {}", self.path.display())
     }
+
+    /// Opens the path again (creating it, after logrotate renamed the old file away) and writes
+    /// there from the next batch; on an error the old file stays open and in use.
+    fn reopen(&mut self) -> std::io::Result<()> {
+        self.file = open_append(&self.path)?;
+        self.before = None;
+        Ok(())
+    }
+}
+
+fn open_append(path: &std::path::Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
 }
 
 impl FileSink {
     pub fn open(path: &str) -> std::io::Result<Self> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
         let path = PathBuf::from(path);
+        let file = open_append(&path)?;
         Ok(Self {
             writer: Writer::spawn(Appender {
                 file,
@@ -90,6 +106,10 @@ impl Sink for FileSink {
 
     fn batch_within_one_timeout(&self) -> bool {
         true
+    }
+
+    async fn reopen(&self) -> Option<std::io::Result<()>> {
+        Some(self.writer.reopen(REOPEN_WAIT).await)
     }
 
     fn describe(&self) -> String {

@@ -254,9 +254,17 @@ pub fn display_url(url: &reqwest::Url) -> String {
 }
 
 /// Maps a non-2xx status to a failure, with the body's excerpt (see [`body_excerpt`]) after the
-/// status: permanent (the event will never be accepted), retryable (this event, later), or
-/// unavailable (429, 502, 503, 504: the server or a proxy in front of it cannot take anything
-/// now; an outage when every event of a batch gets one, see [`super::batch_verdict`]).
+/// status:
+/// - refusals that say nothing about the event when every event of a batch gets the same one,
+///   [`SinkError::Refused`] (an outage then: a wrong path, a missing credential, a moved
+///   endpoint): 404, 405, 410, 414, 415 (dead-lettered when only some events get them), 401,
+///   403, 407, 421 and 3xx (retried when only some do; redirects are not followed);
+/// - 429: [`SinkError::Backpressure`] (the server is rate limiting: never counted; an outage for
+///   a whole batch, the event deferred beside 200s);
+/// - 502, 503, 504: unavailable (the server or a proxy in front of it cannot take anything now;
+///   an outage when every event of a batch gets one, else that event's retry);
+/// - 408, 425, 500 and other 5xx: retryable;
+/// - 400, 413, 422 and other 4xx: permanent (the body is refused).
 pub fn classify(status: StatusCode, retry_after: Option<Duration>, body: &str) -> SinkError {
     let code = status.as_u16();
     let mut message = format!("HTTP {status}");
@@ -264,12 +272,27 @@ pub fn classify(status: StatusCode, retry_after: Option<Duration>, body: &str) -
         message.push_str(": ");
         message.push_str(body);
     }
+    let kind = format!("HTTP {code}");
     match code {
-        400 | 404 | 405 | 410 | 413 | 414 | 415 | 422 => SinkError::Permanent(message),
-        300..=399 => SinkError::retryable(format!(
-            "{message} (redirects are not followed; point --sink at the final URL)"
-        )),
-        429 | 502 | 503 | 504 => SinkError::Unavailable {
+        404 | 405 | 410 | 414 | 415 => SinkError::refused(kind, SinkError::Permanent(message)),
+        401 | 403 | 407 | 421 => SinkError::refused(
+            kind,
+            SinkError::Retryable {
+                message,
+                retry_after,
+            },
+        ),
+        300..=399 => SinkError::refused(
+            kind,
+            SinkError::retryable(format!(
+                "{message} (redirects are not followed; point --sink at the final URL)"
+            )),
+        ),
+        429 => SinkError::Backpressure {
+            message,
+            retry_after,
+        },
+        502..=504 => SinkError::Unavailable {
             message,
             retry_after,
         },
@@ -277,7 +300,6 @@ pub fn classify(status: StatusCode, retry_after: Option<Duration>, body: &str) -
             message,
             retry_after,
         },
-        401 | 403 => SinkError::retryable(message),
         400..=499 => SinkError::Permanent(message),
         _ => SinkError::retryable(message),
     }
@@ -417,25 +439,34 @@ mod tests {
 
     #[test]
     fn statuses() {
-        for (code, permanent) in [
-            (400, true),
-            (404, true),
-            (410, true),
-            (413, true),
-            (422, true),
-            (429, false),
-            (503, false),
-            (500, false),
-            (401, false),
-            (302, false),
-            (418, true),
-        ] {
-            let e = classify(StatusCode::from_u16(code).unwrap(), None, "");
-            assert_eq!(matches!(e, SinkError::Permanent(_)), permanent, "{code}");
+        let of = |code| classify(StatusCode::from_u16(code).unwrap(), None, "");
+        for code in [400, 413, 422, 418] {
+            assert!(matches!(of(code), SinkError::Permanent(_)), "{code}");
         }
-        for code in [429, 502, 503, 504] {
-            let e = classify(StatusCode::from_u16(code).unwrap(), None, "");
-            assert!(matches!(e, SinkError::Unavailable { .. }), "{code}");
+        // The endpoint's when the whole batch gets one; the event's otherwise.
+        for (code, permanent) in [
+            (404, true),
+            (405, true),
+            (410, true),
+            (415, true),
+            (401, false),
+            (403, false),
+            (301, false),
+            (302, false),
+        ] {
+            let SinkError::Refused { kind, per_event } = of(code) else {
+                panic!("{code}: {:?}", of(code));
+            };
+            assert_eq!(kind, format!("HTTP {code}"));
+            assert_eq!(
+                matches!(*per_event, SinkError::Permanent(_)),
+                permanent,
+                "{code}"
+            );
+        }
+        assert!(matches!(of(429), SinkError::Backpressure { .. }));
+        for code in [502, 503, 504] {
+            assert!(matches!(of(code), SinkError::Unavailable { .. }), "{code}");
         }
         assert!(matches!(
             classify(StatusCode::from_u16(500).unwrap(), None, ""),

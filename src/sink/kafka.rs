@@ -14,11 +14,18 @@
 //! it. SASL/TLS and tuning go through `--kafka-property k=v` (values never shown).
 //!
 //! Verdicts: delivered = published; too large, invalid or corrupt = permanent (dead letter);
-//! timeouts, transport failures, all brokers down = `Unavailable` (an outage when the whole batch
-//! fails so); unknown topic and authorization failures = retryable, with a WARN naming the topic
-//! (configuration, not poison); a fatal producer error (e.g. an idempotence sequence the broker
-//! lost in a restart) fails the rest of the batch as `Unavailable` and the next batch gets a new
-//! producer.
+//! timeouts, transport failures, all brokers down, cluster or SASL authorization refused =
+//! `Unavailable` (an outage when the whole batch fails so); an unknown topic or a topic the
+//! principal may not write = [`SinkError::Backpressure`], with a WARN naming the topic
+//! (configuration, not poison: never counted, an outage for a whole batch, deferred beside
+//! events delivered to other topics); a fatal producer error (e.g. an idempotence sequence the
+//! broker lost in a restart) fails the rest of the batch as `Unavailable` and the next batch gets
+//! a new producer.
+//!
+//! librdkafka waits `topic.metadata.propagation.max.ms` (30 s by default) before it believes a
+//! topic does not exist, longer than a message's timeout: the relay sets it to half the message
+//! timeout (see [`metadata_propagation`]), so an unknown topic is reported as such rather than as
+//! `MessageTimedOut`. A `--kafka-property` may set it otherwise.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -243,13 +250,18 @@ fn parse_properties(props: &[String]) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
-/// `message.timeout.ms` for a publish timeout: a second (or a fifth) less, so librdkafka's
+/// `message.timeout.ms` for a publish timeout: [`super::client_timeout`], so librdkafka's
 /// verdict comes before the relay's own timeout.
 fn message_timeout(publish_timeout: Duration) -> Duration {
-    let margin = (publish_timeout / 5).min(Duration::from_secs(1));
-    publish_timeout
-        .saturating_sub(margin)
-        .max(Duration::from_millis(100))
+    super::client_timeout(publish_timeout)
+}
+
+/// `topic.metadata.propagation.max.ms` for a message timeout: half of it, so that librdkafka
+/// fails a message to a topic that does not exist with `UnknownTopic` before it times out
+/// (measured against Tansu with topic auto-creation off: `MSG_TIMED_OUT` after 14 s with the
+/// default 30 s, `UNKNOWN_TOPIC_OR_PART` after 2 s with 2 s).
+fn metadata_propagation(message_timeout: Duration) -> Duration {
+    (message_timeout / 2).max(Duration::from_millis(50))
 }
 
 impl KafkaSink {
@@ -285,13 +297,20 @@ impl KafkaSink {
         };
         let props = parse_properties(properties).map_err(CodedError::usage)?;
         let mut config = ClientConfig::new();
+        let message_timeout = message_timeout(publish_timeout);
         config
             .set("bootstrap.servers", s.bootstrap.join(","))
             .set("client.id", "outboxctl")
             .set("enable.idempotence", "true")
             .set(
                 "message.timeout.ms",
-                message_timeout(publish_timeout).as_millis().to_string(),
+                message_timeout.as_millis().to_string(),
+            )
+            .set(
+                "topic.metadata.propagation.max.ms",
+                metadata_propagation(message_timeout)
+                    .as_millis()
+                    .to_string(),
             )
             .set("partitioner", "murmur2_random")
             .set_log_level(RDKafkaLogLevel::Warning);
@@ -417,10 +436,17 @@ impl KafkaSink {
                         sink = "kafka",
                         topic,
                         error = %err,
-                        "Kafka refuses the topic (unknown, or not authorised): check the topic template, the topic's existence and the ACLs"
+                        "Kafka refuses the topic (unknown, or not authorised): check the topic template, the topic's existence and the ACLs; its events wait, no attempt counted"
                     );
                 }
-                SinkError::retryable(message)
+                // The topic's configuration, not the event's fault: never counted. Refused for
+                // the whole cluster (SASL, cluster ACL): the sink is down for every event.
+                match code {
+                    C::UnknownTopic | C::UnknownTopicOrPartition | C::TopicAuthorizationFailed => {
+                        SinkError::backpressure(message)
+                    }
+                    _ => SinkError::unavailable(message),
+                }
             }
             // The producer's idempotence session is over (fatal, or fenced by the broker after
             // an epoch bump that lost the race with its own in-flight requests, seen through
@@ -760,6 +786,37 @@ mod tests {
         );
         assert!(!rebuild_after_timeout(false, FRESH_PRODUCER_GRACE - s(1)));
         assert!(rebuild_after_timeout(false, FRESH_PRODUCER_GRACE), "wedged");
+    }
+
+    #[test]
+    fn an_unknown_topic_is_believed_before_its_messages_time_out() {
+        for publish in [1, 2, 15, 120] {
+            let m = message_timeout(Duration::from_secs(publish));
+            assert!(metadata_propagation(m) < m, "{publish}s");
+        }
+        let sink = KafkaSink::new("kafka://127.0.0.1:1?topic=t", &[], Duration::from_secs(15))
+            .expect("sink");
+        assert_eq!(
+            sink.config.get("topic.metadata.propagation.max.ms"),
+            Some("7000")
+        );
+        for (code, backpressure) in [
+            (RDKafkaErrorCode::UnknownTopicOrPartition, true),
+            (RDKafkaErrorCode::UnknownTopic, true),
+            (RDKafkaErrorCode::TopicAuthorizationFailed, true),
+            (RDKafkaErrorCode::SaslAuthenticationFailed, false),
+        ] {
+            let e = sink.classify("t", &KafkaError::MessageProduction(code));
+            assert_eq!(
+                matches!(e, SinkError::Backpressure { .. }),
+                backpressure,
+                "{code:?}: {e:?}"
+            );
+            assert!(
+                backpressure || matches!(e, SinkError::Unavailable { .. }),
+                "{code:?}"
+            );
+        }
     }
 
     #[test]

@@ -24,11 +24,20 @@ pub trait Target: Send + 'static {
     fn undo_last(&mut self);
     /// The target for messages, e.g. `stdout` or `appending to /var/log/x.jsonl`.
     fn what(&self) -> String;
+    /// Opens the target again (a file after its rotation), between two batches.
+    fn reopen(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
-struct Job {
-    buf: Vec<u8>,
-    done: tokio::sync::oneshot::Sender<io::Result<()>>,
+enum Job {
+    Write {
+        buf: Vec<u8>,
+        done: tokio::sync::oneshot::Sender<io::Result<()>>,
+    },
+    Reopen {
+        done: tokio::sync::oneshot::Sender<io::Result<()>>,
+    },
 }
 
 /// A target behind its own thread.
@@ -48,10 +57,18 @@ impl Writer {
             .name("outboxctl-writer".into())
             .spawn(move || {
                 for job in rx {
-                    let result = target.write_batch(&job.buf);
-                    if let Err(Ok(())) = job.done.send(result) {
-                        // Written after the relay gave the rows back: take it back if we can.
-                        target.undo_last();
+                    match job {
+                        Job::Write { buf, done } => {
+                            let result = target.write_batch(&buf);
+                            if let Err(Ok(())) = done.send(result) {
+                                // Written after the relay gave the rows back: take it back if
+                                // we can.
+                                target.undo_last();
+                            }
+                        }
+                        Job::Reopen { done } => {
+                            let _ = done.send(target.reopen());
+                        }
                     }
                 }
             })
@@ -75,7 +92,7 @@ impl Writer {
             .jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .send(Job { buf, done });
+            .send(Job::Write { buf, done });
         if sent.is_err() {
             return Outcome::Failed(SinkError::unavailable(format!(
                 "{}: the writer thread is gone",
@@ -93,6 +110,32 @@ impl Writer {
                 self.stalled.store(true, Ordering::SeqCst);
                 Outcome::Failed(self.stalled_error(n, timeout))
             }
+        }
+    }
+
+    /// Reopens the target in the writer thread, after the batch it is writing (if any) and
+    /// before the next: each batch goes whole to the old target or to the new one. Waits at most
+    /// `timeout` (a write stuck on a full disk holds the thread).
+    pub async fn reopen(&self, timeout: Duration) -> io::Result<()> {
+        let (done, result) = tokio::sync::oneshot::channel();
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(Job::Reopen { done });
+        if sent.is_err() {
+            return Err(io::Error::other("the writer thread is gone"));
+        }
+        match tokio::time::timeout(timeout, result).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(io::Error::other("the writer thread died")),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "a write in progress did not finish within {}; the file is reopened once it does",
+                    humantime::format_duration(timeout)
+                ),
+            )),
         }
     }
 

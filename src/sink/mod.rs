@@ -1,9 +1,10 @@
 //! Sinks: where the relay publishes. One small trait; each failure says whose fault it is: the
 //! event's (`Retryable`: counted as an attempt and retried with backoff; `Permanent`:
-//! dead-lettered at once) or the sink's as a whole (`Unavailable`, `Closed`, `Stalled`: the event
+//! dead-lettered at once), the sink's as a whole (`Unavailable`, `Closed`, `Stalled`: the event
 //! was not taken by its consumer, so it is given back untouched, with no attempt counted and no
-//! error stored). [`batch_verdict`] decides, per batch, whether `Unavailable` failures are an
-//! outage or per-event failures after all.
+//! error stored), the sink's pushing back (`Backpressure`: never counted), or not yet known
+//! (`Refused`: the endpoint's when every event of the batch meets it alike). [`batch_verdict`]
+//! decides, per batch, whether these are an outage or per-event outcomes after all.
 
 pub mod amqp;
 pub mod file;
@@ -50,6 +51,31 @@ pub enum SinkError {
         message: String,
         retry_after: Option<Duration>,
     },
+    /// The sink did not take this event for a reason of its own, not the event's: it is full (a
+    /// RabbitMQ queue at `x-max-length` with reject-publish nacks, a JetStream stream at its
+    /// `max_msgs`/`max_bytes` with discard=new, Redis out of memory under `noeviction`), it is
+    /// rate limiting (HTTP 429), or the event's destination does not exist or is not permitted
+    /// (a Kafka topic, a NATS subject with no stream or not permitted, a RabbitMQ routing key
+    /// with no queue). Never counts an attempt: a whole batch of them is an outage (see
+    /// [`batch_verdict`]); beside events the sink took, the event is *deferred*: scheduled again
+    /// after `retry_after` (or the backoff base) with its attempt count untouched, so it is never
+    /// dead-lettered for it.
+    #[error("{message}")]
+    Backpressure {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// An answer that is the endpoint's configuration when every event of a batch meets it alike,
+    /// and may be the event's when only some do: HTTP 404, 405, 410, 401, 403, 3xx; Redis
+    /// `WRONGTYPE` (a stream key that holds something else) and `NOPERM`. `kind` names the answer
+    /// (e.g. `HTTP 404`). A batch whose only answer is one such refusal, the same `kind` for each
+    /// event that got one, is an outage (see [`batch_verdict`]); otherwise each counts as its
+    /// `per_event` failure (`Permanent` or `Retryable`).
+    #[error("{per_event}")]
+    Refused {
+        kind: String,
+        per_event: Box<SinkError>,
+    },
     /// The consumer went away for good (a closed stdout or FIFO: EPIPE): this event was not taken
     /// and no later one will be. Given back untouched; the run stops cleanly.
     #[error("{0}")]
@@ -76,6 +102,22 @@ impl SinkError {
         }
     }
 
+    pub fn backpressure(message: impl Into<String>) -> Self {
+        Self::Backpressure {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A refusal named `kind` that is `per_event` when not the whole batch's (see
+    /// [`SinkError::Refused`]).
+    pub fn refused(kind: impl Into<String>, per_event: SinkError) -> Self {
+        Self::Refused {
+            kind: kind.into(),
+            per_event: Box::new(per_event),
+        }
+    }
+
     /// True for failures that are the sink's state, not the event's fault.
     pub fn is_sink_state(&self) -> bool {
         matches!(
@@ -85,14 +127,17 @@ impl SinkError {
     }
 }
 
-/// Decides whose fault a batch's `Unavailable` failures are, and returns the sink's state when
-/// it is the sink's:
+/// Decides whose fault a batch's failures are, and returns the sink's state when it is the
+/// sink's:
 /// - any `Closed` or `Stalled` outcome: that error (those rows are given back, the run stops);
-/// - nothing published, no per-event `Retryable` failure and at least one `Unavailable`: an
-///   outage; returns the first such error, and the `Unavailable` rows are given back untouched
-///   (`Permanent` ones are still dead-lettered: the sink answered for them);
-/// - otherwise the sink took or judged other events of the batch, so it is up: each
-///   `Unavailable` becomes a `Retryable` failure of its own event (e.g. one 503 among 200s).
+/// - nothing published, no per-event `Retryable` failure, every `Refused` one of the same `kind`,
+///   and at least one `Unavailable`, `Backpressure` or `Refused`: an outage; each of those becomes
+///   `Unavailable` (given back untouched) and the first is returned, as `Unavailable` (`Permanent`
+///   ones are still dead-lettered: the sink answered for them);
+/// - otherwise the sink took or judged other events of the batch on their own, so it is up: each
+///   `Unavailable` becomes a `Retryable` failure of its own event (e.g. one 503 among 200s), each
+///   `Refused` its `per_event` failure (a 404 for one event among 200s: that event's), and each
+///   `Backpressure` stays, to be deferred without an attempt (a 429 among 200s).
 pub fn batch_verdict(outcomes: &mut [Outcome]) -> Option<SinkError> {
     let stop = outcomes.iter().find_map(|o| match o {
         Outcome::Failed(e @ (SinkError::Closed(_) | SinkError::Stalled(_))) => Some(e.clone()),
@@ -107,22 +152,51 @@ pub fn batch_verdict(outcomes: &mut [Outcome]) -> Option<SinkError> {
             Outcome::Published | Outcome::Failed(SinkError::Retryable { .. })
         )
     });
-    if !sink_up {
-        return outcomes.iter().find_map(|o| match o {
-            Outcome::Failed(e @ SinkError::Unavailable { .. }) => Some(e.clone()),
-            _ => None,
-        });
+    let mut kinds = outcomes.iter().filter_map(|o| match o {
+        Outcome::Failed(SinkError::Refused { kind, .. }) => Some(kind),
+        _ => None,
+    });
+    let one_refusal = kinds.next().is_none_or(|first| kinds.all(|k| k == first));
+    if !sink_up && one_refusal {
+        let mut first = None;
+        for o in outcomes.iter_mut() {
+            let Outcome::Failed(e) = o else { continue };
+            let (message, retry_after) = match e {
+                SinkError::Unavailable {
+                    message,
+                    retry_after,
+                }
+                | SinkError::Backpressure {
+                    message,
+                    retry_after,
+                } => (std::mem::take(message), *retry_after),
+                SinkError::Refused { per_event, .. } => (per_event.to_string(), None),
+                _ => continue,
+            };
+            *e = SinkError::Unavailable {
+                message,
+                retry_after,
+            };
+            first.get_or_insert_with(|| e.clone());
+        }
+        return first;
     }
     for o in outcomes.iter_mut() {
-        if let Outcome::Failed(SinkError::Unavailable {
-            message,
-            retry_after,
-        }) = o
-        {
-            *o = Outcome::Failed(SinkError::Retryable {
-                message: std::mem::take(message),
-                retry_after: *retry_after,
-            });
+        let Outcome::Failed(e) = o else { continue };
+        match e {
+            SinkError::Unavailable {
+                message,
+                retry_after,
+            } => {
+                *e = SinkError::Retryable {
+                    message: std::mem::take(message),
+                    retry_after: *retry_after,
+                };
+            }
+            SinkError::Refused { per_event, .. } => {
+                *e = std::mem::replace(&mut **per_event, SinkError::Permanent(String::new()));
+            }
+            _ => {}
         }
     }
     None
@@ -163,7 +237,7 @@ pub trait Sink: Send + Sync {
     /// awaited against one deadline (Kafka). Not a publish per event with `--concurrency` in
     /// flight (NATS, RabbitMQ, HTTP): a slow sink stretches that batch to the lease. `--mode
     /// auto` picks `tx` for these sinks, so the claim's transaction stays open for at most one
-    /// publish timeout per batch (measured: bench/tx-slow.sh, README "Broker sinks").
+    /// publish timeout per batch (measured: bench/experiments/tx-slow.sh, docs/decisions/0002).
     fn batch_within_one_timeout(&self) -> bool {
         false
     }
@@ -187,8 +261,25 @@ pub trait Sink: Send + Sync {
         2
     }
 
+    /// Reopens what the sink writes to (SIGHUP): the file sink opens its path again, so that
+    /// after logrotate's rename the next batch goes to a new file at the path, none is split
+    /// between the two, and none is lost. `None`: nothing to reopen.
+    async fn reopen(&self) -> Option<std::io::Result<()>> {
+        None
+    }
+
     /// A description for logs; never holds a secret.
     fn describe(&self) -> String;
+}
+
+/// A client's own timeout for what `--publish-timeout` bounds (librdkafka's message timeout,
+/// the JetStream ack wait): a second (or a fifth) less, so that the client's verdict, which
+/// names the cause, comes before the relay's own bare timeout.
+pub fn client_timeout(publish_timeout: Duration) -> Duration {
+    let margin = (publish_timeout / 5).min(Duration::from_secs(1));
+    publish_timeout
+        .saturating_sub(margin)
+        .max(Duration::from_millis(100))
 }
 
 /// Publishes events one by one with `publish_one`, at most `ctl.concurrency` at a time, each
@@ -294,6 +385,11 @@ pub struct SinkOptions {
 pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedError> {
     let spec = spec.trim();
     if spec == "stdout" || spec == "-" {
+        if stdout::is_dev_null() {
+            return Err(CodedError::usage(
+                "--sink stdout: stdout is /dev/null (or was closed, which reads the same), so every event would be marked published and thrown away; use --sink null to discard events on purpose, or give stdout a pipe or a file",
+            ));
+        }
         return Ok(Arc::new(stdout::StdoutSink::new()));
     }
     if spec == "null" {
@@ -371,5 +467,60 @@ mod tests {
         let closed = SinkError::Closed("stdout: the reader closed the pipe".into());
         let mut c = vec![Outcome::Failed(closed.clone()), Outcome::Published];
         assert_eq!(batch_verdict(&mut c), Some(closed));
+    }
+
+    fn refused(code: u16) -> Outcome {
+        Outcome::Failed(SinkError::refused(
+            format!("HTTP {code}"),
+            SinkError::Permanent(format!("HTTP {code}")),
+        ))
+    }
+
+    #[test]
+    fn one_refusal_met_by_the_whole_batch_is_the_endpoints_and_differing_ones_the_events() {
+        // Every event 404: the path is wrong, not the events: an outage, nothing dead.
+        let mut all = vec![refused(404), refused(404), Outcome::NotStarted];
+        assert_eq!(
+            batch_verdict(&mut all),
+            Some(SinkError::unavailable("HTTP 404"))
+        );
+        assert_eq!(all[1], Outcome::Failed(SinkError::unavailable("HTTP 404")));
+        // With a down sink for the rest, too.
+        let mut with_down = vec![refused(401), down()];
+        assert!(batch_verdict(&mut with_down).is_some());
+        // Refusals that differ between events, or a 404 among 200s: each its event's.
+        for mut batch in [
+            vec![refused(404), refused(410)],
+            vec![refused(404), Outcome::Published],
+        ] {
+            assert_eq!(batch_verdict(&mut batch), None);
+            assert!(matches!(
+                batch[0],
+                Outcome::Failed(SinkError::Permanent(ref m)) if m == "HTTP 404"
+            ));
+        }
+    }
+
+    #[test]
+    fn backpressure_is_an_outage_for_a_whole_batch_and_stays_deferred_beside_taken_events() {
+        let full = || {
+            Outcome::Failed(SinkError::Backpressure {
+                message: "HTTP 429".into(),
+                retry_after: Some(Duration::from_secs(7)),
+            })
+        };
+        let mut all = vec![full(), full()];
+        assert_eq!(
+            batch_verdict(&mut all),
+            Some(SinkError::Unavailable {
+                message: "HTTP 429".into(),
+                retry_after: Some(Duration::from_secs(7)),
+            }),
+            "the circuit honours its Retry-After"
+        );
+        let mut mixed = vec![full(), Outcome::Published, down()];
+        assert_eq!(batch_verdict(&mut mixed), None);
+        assert_eq!(mixed[0], full(), "deferred, not a retry");
+        assert_eq!(mixed[2], Outcome::Failed(SinkError::retryable("HTTP 503")));
     }
 }

@@ -5,11 +5,17 @@
 //! [`HeaderPolicy::nats`]), and `Nats-Msg-Id` set to the idempotency key, so JetStream itself
 //! drops a re-publish within the stream's duplicate window (default 2 minutes): exactly once in
 //! effect, for the common crash-between-publish-and-mark case.
-//! A stream capturing the subjects must exist (the relay does not create one). A server that is
-//! down, times out acks, or has no stream for the subject is `Unavailable` (see
-//! [`super::batch_verdict`]); a message over `max_payload` is `Permanent`.
+//! A stream capturing the subjects must exist (the relay does not create one). What each
+//! refusal means: [`NatsSink::classify_publish`]. In short: a message over `max_payload` (or the
+//! stream's `max_msg_size`) is `Permanent`; a server that is down or times out acks is
+//! `Unavailable` (see [`super::batch_verdict`]); a full stream (`max_msgs`/`max_bytes` with
+//! discard=new: JetStream error 10077), a server out of JetStream resources, a subject no stream
+//! captures and a subject the user may not publish to are [`SinkError::Backpressure`], never
+//! counted.
 
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 
@@ -23,6 +29,56 @@ pub struct NatsSink {
     subject: Template,
     display: String,
     row_headers: HeaderPolicy,
+    /// What the connection's events said, for the cause of an ack that never came.
+    problems: Arc<Mutex<Problems>>,
+    /// How long a server error is taken as the cause of a later ack timeout.
+    recent: Duration,
+}
+
+/// What the server or the connection said outside any reply. A publish the server refuses
+/// (`Permissions Violation for Publish to "…"`) and a connection it does not let in
+/// (`authorization violation`) get no reply at all, so their acks only time out: these name the
+/// cause.
+#[derive(Debug, Default)]
+struct Problems {
+    /// The connection's last problem, until it is connected again.
+    connection: Option<String>,
+    /// The server's last errors (`-ERR`), newest last, at most [`KEPT_SERVER_ERRORS`].
+    server: VecDeque<(Instant, String)>,
+}
+
+const KEPT_SERVER_ERRORS: usize = 16;
+
+/// Why an ack for `subject` did not come, by what the server said lately.
+#[derive(Debug, PartialEq, Eq)]
+enum AckCause {
+    /// The server refused this subject to this user.
+    Denied(String),
+    /// Something else the connection or the server reported.
+    Other(String),
+}
+
+impl Problems {
+    fn cause(&self, subject: &str, recent: Duration) -> Option<AckCause> {
+        let fresh = self
+            .server
+            .iter()
+            .rev()
+            .filter(|(at, _)| at.elapsed() <= recent);
+        let quoted = format!("\"{subject}\"");
+        let mut other = None;
+        for (_, text) in fresh {
+            let lower = text.to_ascii_lowercase();
+            if lower.contains("permissions violation for publish") && text.contains(&quoted) {
+                return Some(AckCause::Denied(text.clone()));
+            }
+            other.get_or_insert_with(|| text.clone());
+        }
+        if let Some(c) = &self.connection {
+            return Some(AckCause::Other(format!("NATS connection problem: {c}")));
+        }
+        other.map(|t| AckCause::Other(format!("last server error: {t}")))
+    }
 }
 
 /// Subject template used when the URL has no `subject` parameter.
@@ -53,14 +109,15 @@ impl NatsSink {
         }
         let template = Template::parse(&subject, &format!("invalid --sink: subject `{subject}`"))
             .map_err(CodedError::usage)?;
-        let last_problem = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let problems = Arc::new(Mutex::new(Problems::default()));
+        let seen = Arc::clone(&problems);
         let mut opts = async_nats::ConnectOptions::new()
             .connection_timeout(timeout)
             .retry_on_initial_connect()
             .name("outboxctl")
             .event_callback(move |event| {
-                let last = std::sync::Arc::clone(&last_problem);
-                async move { log_connection_event(&last, &event) }
+                let seen = Arc::clone(&seen);
+                async move { log_connection_event(&seen, &event) }
             });
         if !url.username().is_empty() {
             let user = percent_decode(url.username());
@@ -74,7 +131,8 @@ impl NatsSink {
             .await
             .map_err(|e| CodedError::usage(format!("invalid --sink: {e}")))?;
         let mut js = jetstream::new(client);
-        js.set_timeout(timeout);
+        // The ack's own timeout comes first, so its error can name the cause.
+        js.set_timeout(super::client_timeout(timeout));
         let display = format!(
             "nats://{}{host}:{port}?subject={subject}",
             if url.username().is_empty() {
@@ -88,6 +146,8 @@ impl NatsSink {
             subject: template,
             display,
             row_headers: HeaderPolicy::nats(),
+            problems,
+            recent: (timeout * 2).max(Duration::from_secs(60)),
         })
     }
 
@@ -126,9 +186,79 @@ impl NatsSink {
             .js
             .publish_with_headers(subject.clone(), headers, body.into())
             .await
-            .map_err(|err| classify_publish(&subject, &err))?;
-        ack.await.map_err(|err| classify_publish(&subject, &err))?;
+            .map_err(|err| self.classify_publish(&subject, &err))?;
+        ack.await
+            .map_err(|err| self.classify_publish(&subject, &err))?;
         Ok(())
+    }
+
+    /// Whose fault a failed publish is:
+    /// - a message too large for the server (`max_payload`) or the stream (`max_msg_size`,
+    ///   JetStream 10054): the event's (`Permanent`);
+    /// - a stream that is full (JetStream 10077 `maximum messages exceeded` / `maximum bytes
+    ///   exceeded` with discard=new), a server or account out of JetStream resources (10023,
+    ///   10047, 10028, 10002), no stream for the subject, a subject the user may not publish to:
+    ///   the sink's backpressure or configuration (`Backpressure`: never counted);
+    /// - a server that is down, slow to ack or backed up: `Unavailable` (an outage when the whole
+    ///   batch fails so), naming what the server or the connection last said (an authorization
+    ///   violation, a permissions violation on the reply subject);
+    /// - the rest is this event's retry.
+    fn classify_publish(&self, subject: &str, err: &jetstream::context::PublishError) -> SinkError {
+        use jetstream::context::PublishErrorKind as K;
+        match err.kind() {
+            K::MaxPayloadExceeded => SinkError::Permanent(format!("NATS: {err}")),
+            K::StreamNotFound => no_stream(subject),
+            K::TimedOut => {
+                let cause = self
+                    .problems
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .cause(subject, self.recent);
+                match cause {
+                    Some(AckCause::Denied(text)) => SinkError::backpressure(format!(
+                        "NATS: the server refuses publishing to `{subject}` ({text}): grant the user publish permission on it; its events wait, no attempt counted"
+                    )),
+                    Some(AckCause::Other(text)) => {
+                        SinkError::unavailable(format!("NATS: {err}; {text}"))
+                    }
+                    None => SinkError::unavailable(format!("NATS: {err}")),
+                }
+            }
+            K::BrokenPipe | K::MaxAckPending => SinkError::unavailable(format!("NATS: {err}")),
+            K::WrongLastMessageId | K::WrongLastSequence => {
+                SinkError::retryable(format!("NATS: {err}"))
+            }
+            _ => match jetstream_error(err) {
+                Some(js) => classify_jetstream(subject, js),
+                None => classify(subject, &err.to_string()),
+            },
+        }
+    }
+}
+
+/// The JetStream API error a failed publish carries (its ack's `error`), if any.
+fn jetstream_error(err: &jetstream::context::PublishError) -> Option<&jetstream::Error> {
+    std::error::Error::source(err)?.downcast_ref::<jetstream::Error>()
+}
+
+/// A JetStream error in a publish ack, by its `err_code` (see [`NatsSink::classify_publish`]).
+fn classify_jetstream(subject: &str, e: &jetstream::Error) -> SinkError {
+    use jetstream::ErrorCode as C;
+    let message = format!(
+        "NATS: stream refused `{subject}`: {e} (JetStream error {})",
+        e.error_code().0
+    );
+    match e.error_code() {
+        C::STREAM_MESSAGE_EXCEEDS_MAXIMUM => SinkError::Permanent(message),
+        C::STREAM_STORE_FAILED => SinkError::backpressure(format!(
+            "{message}: the stream is full (max_msgs/max_bytes with discard=new): raise its limits or let consumers catch up"
+        )),
+        C::INSUFFICIENT_RESOURCES
+        | C::STORAGE_RESOURCES_EXCEEDED
+        | C::MEMORY_RESOURCES_EXCEEDED
+        | C::ACCOUNT_RESOURCES_EXCEEDED => SinkError::backpressure(message),
+        C::STREAM_NOT_FOUND => no_stream(subject),
+        _ => classify(subject, &message),
     }
 }
 
@@ -136,13 +266,14 @@ impl NatsSink {
 /// away) would only show as publish timeouts: say it at WARN, once per distinct problem, and when
 /// the connection is back. async-nats' own log lines are filtered out (see `logging`); its events
 /// name the problem (`authorization violation`) and never the credentials.
-fn log_connection_event(last: &std::sync::Mutex<String>, event: &async_nats::Event) {
-    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+/// Server errors (`-ERR`, e.g. a permissions violation) are kept for the cause of an ack that
+/// never comes, and said at WARN like the connection's problems.
+fn log_connection_event(problems: &Mutex<Problems>, event: &async_nats::Event) {
+    let mut p = problems.lock().unwrap_or_else(|p| p.into_inner());
     match event {
         async_nats::Event::Connected => {
-            if !last.is_empty() {
+            if p.connection.take().is_some() {
                 tracing::info!(sink = "nats", "NATS connection is back");
-                last.clear();
             }
         }
         // Closed and draining are the relay's own doing (at exit); slow consumers are about
@@ -150,37 +281,35 @@ fn log_connection_event(last: &std::sync::Mutex<String>, event: &async_nats::Eve
         async_nats::Event::SlowConsumer(_)
         | async_nats::Event::Draining
         | async_nats::Event::Closed => {}
+        async_nats::Event::ServerError(async_nats::ServerError::Other(text)) => {
+            let known = p.server.iter().any(|(_, t)| t == text);
+            if !known {
+                tracing::warn!(sink = "nats", problem = %text, "NATS server error");
+            }
+            p.server.retain(|(_, t)| t != text);
+            if p.server.len() == KEPT_SERVER_ERRORS {
+                p.server.pop_front();
+            }
+            p.server.push_back((Instant::now(), text.clone()));
+        }
         other => {
             let text = other.to_string();
-            if *last != text {
+            if p.connection.as_ref() != Some(&text) {
                 tracing::warn!(sink = "nats", problem = %text, "NATS connection problem");
-                *last = text;
+                p.connection = Some(text);
             }
         }
     }
 }
 
-/// Whose fault a failed publish is: a message too large is the event's (`Permanent`); a server
-/// that is down, slow to ack, backed up, or has no stream for the subject cannot take anything
-/// now (`Unavailable`: an outage when the whole batch fails so); the rest is this event's retry.
-fn classify_publish(subject: &str, err: &jetstream::context::PublishError) -> SinkError {
-    use jetstream::context::PublishErrorKind as K;
-    match err.kind() {
-        K::MaxPayloadExceeded => SinkError::Permanent(format!("NATS: {err}")),
-        K::StreamNotFound => no_stream(subject),
-        K::TimedOut | K::BrokenPipe | K::MaxAckPending => {
-            SinkError::unavailable(format!("NATS: {err}"))
-        }
-        K::WrongLastMessageId | K::WrongLastSequence => {
-            SinkError::retryable(format!("NATS: {err}"))
-        }
-        _ => classify(subject, &err.to_string()),
-    }
-}
-
 fn no_stream(subject: &str) -> SinkError {
-    SinkError::unavailable(format!(
-        "NATS: no JetStream stream captures subject `{subject}`; create one (e.g. subjects outbox.>)"
+    // A filter that captures this subject: its first token and everything under it.
+    let filter = match subject.split_once('.') {
+        Some((first, _)) => format!("{first}.>"),
+        None => subject.to_owned(),
+    };
+    SinkError::backpressure(format!(
+        "NATS: no JetStream stream captures subject `{subject}`; create one whose subjects include it (e.g. subjects {filter})"
     ))
 }
 
@@ -225,5 +354,45 @@ impl Sink for NatsSink {
 
     fn describe(&self) -> String {
         self.display.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ack_that_never_came_is_explained_by_what_the_server_said() {
+        let recent = Duration::from_secs(60);
+        let mut p = Problems::default();
+        assert_eq!(p.cause("outbox.a", recent), None);
+        p.server.push_back((
+            Instant::now(),
+            "Permissions Violation for Publish to \"outbox.a\"".into(),
+        ));
+        assert!(matches!(
+            p.cause("outbox.a", recent),
+            Some(AckCause::Denied(t)) if t.contains("outbox.a")
+        ));
+        // Another subject's refusal only hints.
+        assert!(matches!(
+            p.cause("outbox.ab", recent),
+            Some(AckCause::Other(t)) if t.starts_with("last server error")
+        ));
+        // A connection that is down says more than an old server error.
+        p.connection = Some("client error: nats: authorization violation".into());
+        assert!(matches!(
+            p.cause("outbox.b", recent),
+            Some(AckCause::Other(t)) if t.contains("authorization violation")
+        ));
+        assert_eq!(
+            Problems {
+                connection: None,
+                server: p.server.clone()
+            }
+            .cause("outbox.a", Duration::ZERO),
+            None,
+            "too old to be the cause"
+        );
     }
 }

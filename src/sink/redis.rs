@@ -5,6 +5,11 @@
 //! dedup for streams: consumers dedupe on `idempotency_key`. `stream` is a template
 //! (placeholders as for `--http-header`, e.g. `outbox.{aggregate_type}`); `maxlen` trims
 //! approximately (`MAXLEN ~`).
+//!
+//! Redis runs every `XADD` of a pipeline, whatever the others answer, so each event's outcome is
+//! its own reply: one key of the wrong type fails its event alone, and the events Redis stored
+//! are published (never retried, which would store them again). What each reply means:
+//! [`classify_reply`].
 
 use redis::aio::ConnectionManager;
 use tokio::sync::OnceCell;
@@ -66,7 +71,9 @@ impl RedisSink {
         })
     }
 
-    async fn publish_batch(&self, events: &[Event]) -> Result<(), SinkError> {
+    /// One pipeline of `XADD`s; each event's outcome from its own reply. A failure of the whole
+    /// round trip (connection, timeout) is every event's.
+    async fn publish_batch(&self, events: &[Event]) -> Result<Vec<Outcome>, SinkError> {
         let conn = self
             .conn
             .get_or_try_init(|| {
@@ -101,34 +108,82 @@ impl RedisSink {
             pipe.add_command(cmd);
         }
         let mut conn = conn.clone();
-        pipe.query_async::<Vec<String>>(&mut conn)
+        // Without `ignore_errors` the crate folds every error reply of the pipeline into one
+        // error (with no `code()`), which would fail the events Redis stored along with the one
+        // it refused.
+        let replies: Vec<redis::Value> = pipe
+            .ignore_errors()
+            .query_async(&mut conn)
             .await
-            .map(|_| ())
-            .map_err(|e| classify(&e))
+            .map_err(|e| classify(&e))?;
+        if replies.len() != events.len() {
+            return Err(SinkError::unavailable(format!(
+                "Redis: {} replies to a pipeline of {} XADDs",
+                replies.len(),
+                events.len()
+            )));
+        }
+        Ok(replies
+            .into_iter()
+            .map(|reply| match reply {
+                redis::Value::ServerError(e) => {
+                    Outcome::Failed(classify_reply(e.code(), e.details().unwrap_or_default()))
+                }
+                _ => Outcome::Published,
+            })
+            .collect())
     }
 }
 
-/// A Redis that cannot be reached, dropped the connection, timed out, or is in a state where it
-/// takes no writes (out of memory, loading, a read-only replica, a master down) is `Unavailable`:
-/// the batch (one pipeline, failing together) is given back untouched. Other server errors are
-/// the batch's retry.
+/// A round trip that failed as a whole: a Redis that cannot be reached, dropped the connection
+/// or timed out is `Unavailable` (the batch is given back untouched); a server error is judged
+/// as a reply ([`classify_reply`]).
 fn classify(e: &redis::RedisError) -> SinkError {
-    const DOWN: [&str; 6] = [
-        "OOM",
-        "LOADING",
-        "BUSY",
-        "MASTERDOWN",
-        "READONLY",
-        "TRYAGAIN",
-    ];
-    let message = format!("Redis: {e}");
-    if e.is_io_error()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.code().is_some_and(|c| DOWN.contains(&c))
-    {
+    if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped() {
+        return SinkError::unavailable(format!("Redis: {e}"));
+    }
+    match e.code() {
+        Some(code) => classify_reply(code, e.detail().unwrap_or_default()),
+        None => SinkError::retryable(format!("Redis: {e}")),
+    }
+}
+
+/// Server states in which Redis takes no writes from anyone, whatever the event: not logged in
+/// (`NOAUTH`, `WRONGPASS`), loading its dataset, busy running a script, a read-only replica, a
+/// master that is down or short of replicas, a failed snapshot that stops writes (`MISCONF`),
+/// a cluster that is down or resharding.
+const SERVER_STATES: [&str; 11] = [
+    "NOAUTH",
+    "WRONGPASS",
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "READONLY",
+    "TRYAGAIN",
+    "MISCONF",
+    "NOREPLICAS",
+    "CLUSTERDOWN",
+    "NOMASTERLINK",
+];
+
+/// What one `XADD`'s error reply `code` (its first word) means for its event:
+/// - `OOM` (out of memory under `maxmemory` with a `noeviction` policy): Redis is full, the
+///   event is not at fault: [`SinkError::Backpressure`], never counted;
+/// - [`SERVER_STATES`]: `Unavailable` (an outage when it is the whole batch's answer);
+/// - `WRONGTYPE` (the stream key holds another type) and `NOPERM` (the ACL user may not write
+///   it): [`SinkError::Refused`]: the sink's configuration when every event of the batch meets
+///   it (one fixed stream name), this event's retry when others were stored (a templated key);
+/// - anything else: this event's retry.
+fn classify_reply(code: &str, detail: &str) -> SinkError {
+    let message = format!("Redis: {code} {detail}");
+    if code == "OOM" {
+        SinkError::backpressure(format!(
+            "{message} (Redis is full: raise maxmemory, trim the stream with maxlen=, or let consumers catch up)"
+        ))
+    } else if SERVER_STATES.contains(&code) {
         SinkError::unavailable(message)
+    } else if code == "WRONGTYPE" || code == "NOPERM" {
+        SinkError::refused(format!("Redis {code}"), SinkError::retryable(message))
     } else {
         SinkError::retryable(message)
     }
@@ -137,15 +192,15 @@ fn classify(e: &redis::RedisError) -> SinkError {
 #[async_trait::async_trait]
 impl Sink for RedisSink {
     async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
-        let outcome = match tokio::time::timeout(ctl.timeout, self.publish_batch(events)).await {
-            Ok(Ok(())) => Outcome::Published,
-            Ok(Err(e)) => Outcome::Failed(e),
-            Err(_) => Outcome::Failed(SinkError::unavailable(format!(
+        let failed = match tokio::time::timeout(ctl.timeout, self.publish_batch(events)).await {
+            Ok(Ok(outcomes)) => return outcomes,
+            Ok(Err(e)) => e,
+            Err(_) => SinkError::unavailable(format!(
                 "Redis: publish timed out after {}",
                 humantime::format_duration(ctl.timeout)
-            ))),
+            )),
         };
-        vec![outcome; events.len()]
+        vec![Outcome::Failed(failed); events.len()]
     }
 
     /// One pipelined round trip per batch, bounded by `--publish-timeout`.
@@ -155,5 +210,46 @@ impl Sink for RedisSink {
 
     fn describe(&self) -> String {
         self.display.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_reply_says_whose_fault_it_is() {
+        let oom = classify_reply("OOM", "command not allowed when used memory > 'maxmemory'.");
+        assert!(matches!(oom, SinkError::Backpressure { .. }), "{oom:?}");
+        for code in [
+            "NOAUTH",
+            "LOADING",
+            "READONLY",
+            "BUSY",
+            "MISCONF",
+            "MASTERDOWN",
+        ] {
+            let e = classify_reply(code, "x");
+            assert!(matches!(e, SinkError::Unavailable { .. }), "{code}: {e:?}");
+        }
+        for code in ["WRONGTYPE", "NOPERM"] {
+            let SinkError::Refused { kind, per_event } = classify_reply(code, "x") else {
+                panic!("{code}");
+            };
+            assert_eq!(kind, format!("Redis {code}"));
+            assert!(matches!(*per_event, SinkError::Retryable { .. }), "{code}");
+        }
+        assert!(matches!(
+            classify_reply("ERR", "The ID specified in XADD is equal or smaller"),
+            SinkError::Retryable { .. }
+        ));
+        assert_eq!(
+            classify_reply(
+                "WRONGTYPE",
+                "Operation against a key holding the wrong kind of value"
+            )
+            .to_string(),
+            "Redis: WRONGTYPE Operation against a key holding the wrong kind of value"
+        );
     }
 }

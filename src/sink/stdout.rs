@@ -45,6 +45,24 @@ impl StdoutSink {
     }
 }
 
+/// Whether fd 1 is `/dev/null`: started with `>/dev/null`, or with stdout closed (`>&-`), which
+/// Rust's runtime reopens as `/dev/null` before `main`, so the two cannot be told apart. Judged by
+/// the device number, which a bind-mounted `/dev/null` (containers) shares.
+pub fn is_dev_null() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(fd) = std::io::stdout().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    let (Ok(ours), Ok(null)) = (
+        std::fs::File::from(fd).metadata(),
+        std::fs::metadata("/dev/null"),
+    ) else {
+        return false;
+    };
+    ours.file_type().is_char_device() && ours.rdev() == null.rdev()
+}
+
 impl Default for StdoutSink {
     fn default() -> Self {
         Self::new()

@@ -423,3 +423,51 @@ async fn tables_made_by_migration_1_itself_are_adoptable() {
     let v = status_json(&db);
     assert_eq!(states(&v)[0], "adoptable", "{v}");
 }
+
+/// A foreign `outbox` (here: a different payload type) is not adoptable, so no command may tell
+/// the operator that `migrate` adopts it: they say it cannot be adopted and point at
+/// `migrate --check`, which lists the differences (issue 22 item 11).
+#[tokio::test]
+async fn commands_on_a_foreign_outbox_table_do_not_promise_adoption() {
+    let db = TestDb::unmigrated().await;
+    create_seed_era(
+        &db,
+        &variant(
+            "payload           jsonb        NOT NULL,",
+            "payload           json         NOT NULL,",
+        ),
+    )
+    .await;
+    for args in [
+        &["stats"][..],
+        &["relay", "--once", "--sink", "null"],
+        &[
+            "publish",
+            "--event-type",
+            "e",
+            "--aggregate-type",
+            "a",
+            "--aggregate-id",
+            "1",
+            "--payload",
+            "{}",
+        ],
+    ] {
+        let out = db.cmd().args(args).output().unwrap();
+        let err = stderr(&out);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(
+            !err.contains("adopts it") && !err.contains("run `outboxctl migrate --schema"),
+            "{args:?} promises an adoption migrate refuses: {err}"
+        );
+        assert!(
+            err.contains("cannot be adopted")
+                && err.contains(&format!("outboxctl migrate --check --schema {}", db.schema)),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    // And migrate itself refuses it, as the commands said.
+    let out = db.cmd().args(["migrate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

@@ -27,8 +27,14 @@ async fn bench_smoke_produces_every_figure_and_cleans_up() {
             "--json",
         ])
         .env("DATABASE_URL", base_url())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    // The scratch schema is named after the bench's process id: check that one, not every
+    // bench schema on the server (another checkout's run may hold its own meanwhile).
+    let scratch = format!("outboxctl_bench_{}", out.id());
+    let out = out.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for path in [
@@ -58,11 +64,10 @@ async fn bench_smoke_produces_every_figure_and_cleans_up() {
     assert_eq!(v["delayed"]["events"], 10);
     assert_eq!(v["prune"]["events"], 3000);
     let pool = sqlx::PgPool::connect(&base_url()).await.unwrap();
-    let left: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'outboxctl_bench_%'",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(left, 0, "scratch schema dropped");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+        .bind(&scratch)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "scratch schema {scratch} dropped");
 }

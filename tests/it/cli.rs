@@ -231,7 +231,69 @@ fn urls_with_secret() -> Vec<(&'static str, String, i32)> {
             2,
         ),
         ("garbage", format!("postgres://bob:{SECRET}@"), 2),
+        (
+            "misspelt parameter",
+            format!("postgres://bob:{SECRET}@{host}/test?sslmod=require"),
+            2,
+        ),
     ]
+}
+
+/// A URL parameter that libpq does not know, or one sqlx would skip although it changes what the
+/// URL asks for, is refused by name before connecting (exit 2), as psql refuses the first: a
+/// typo such as `sslmod=require` connected without TLS.
+#[tokio::test]
+async fn a_misspelt_or_unsupported_url_parameter_is_refused_by_name() {
+    let db = TestDb::new().await;
+    for (query, named) in [
+        (
+            "sslmod=require",
+            "unknown parameter `sslmod` (did you mean `sslmode`?)",
+        ),
+        (
+            "sslmode=disable&SSLMODE=require",
+            "unknown parameter `SSLMODE`",
+        ),
+        (
+            "target_session_attrs=read-write",
+            "`target_session_attrs=read-write` is not supported",
+        ),
+        ("service=prod", "parameter `service` is not supported"),
+        (
+            "channel_binding=require",
+            "`channel_binding=require` is not supported",
+        ),
+    ] {
+        for args in CONNECTING {
+            let out = run({
+                let mut c = db.cmd();
+                c.env("DATABASE_URL", format!("{}?{query}", base_url()))
+                    .args(args);
+                c
+            });
+            assert_eq!(code(&out), Some(2), "{query} {args:?}: {}", stderr(&out));
+            assert_one_line_error(&out, named);
+            assert!(
+                stderr(&out).contains(named),
+                "{query} {args:?}: {}",
+                stderr(&out)
+            );
+        }
+    }
+    // What sqlx reads, and what changes nothing, still connects.
+    let out = run({
+        let mut c = db.cmd();
+        c.env(
+            "DATABASE_URL",
+            format!(
+                "{}?sslmode=disable&connect_timeout=5&application_name=app&keepalives=1&target_session_attrs=any",
+                base_url()
+            ),
+        )
+        .arg("stats");
+        c
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 #[test]
@@ -505,4 +567,125 @@ async fn on_off_environment_variables_take_the_usual_spellings() {
         ))
         .await;
     assert!(!created);
+}
+
+/// `-v` says which database and role a command used, and where that came from: with only the
+/// PG* variables set nothing else does (issue 22 item 11). The password never appears.
+#[tokio::test]
+async fn verbose_names_the_database_and_where_its_settings_came_from() {
+    let db = TestDb::new().await;
+    let u = url::Url::parse(&base_url()).unwrap();
+    let (host, port) = (u.host_str().unwrap(), u.port().unwrap_or(5432));
+    let out = run({
+        let mut c = bin();
+        c.env("PGHOST", host)
+            .env("PGPORT", port.to_string())
+            .env("PGUSER", u.username())
+            .env("PGDATABASE", u.path().trim_start_matches('/'))
+            .env("PGPASSWORD", SECRET)
+            .env("OUTBOXCTL_SCHEMA", &db.schema)
+            .args(["stats", "-v"]);
+        c
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let want = format!(
+        "{}@{host}:{port}/{}",
+        u.username(),
+        u.path().trim_start_matches('/')
+    );
+    let line = err
+        .lines()
+        .find(|l| l.contains("connected"))
+        .unwrap_or_else(|| panic!("no connection line in: {err}"));
+    assert!(
+        line.contains(&want) && line.contains("PG* variables") && line.contains(&db.schema),
+        "{line}"
+    );
+    assert!(!err.contains(SECRET));
+    // From the URL, the line says so.
+    let out = run({
+        let mut c = db.cmd();
+        c.args(["stats", "-v"]);
+        c
+    });
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l.contains("connected") && l.contains("DATABASE_URL")),
+        "{err}"
+    );
+    // Without -v, nothing.
+    let out = run({
+        let mut c = db.cmd();
+        c.args(["stats"]);
+        c
+    });
+    assert!(!stderr(&out).contains("connected"), "{}", stderr(&out));
+}
+
+/// A role that lacks a privilege is named in the error, with what to grant, instead of only
+/// PostgreSQL's `permission denied for table ...` (issue 22 item 11).
+#[tokio::test]
+async fn a_missing_privilege_names_the_role_and_what_to_grant() {
+    let db = TestDb::new().await;
+    let role = format!("{}_ro", db.schema);
+    db.exec(&format!(
+        "DROP ROLE IF EXISTS \"{role}\"; CREATE ROLE \"{role}\" LOGIN; \
+         GRANT USAGE ON SCHEMA \"{s}\" TO \"{role}\";",
+        s = db.schema
+    ))
+    .await;
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_username(&role).unwrap();
+    let out = run({
+        let mut c = bin();
+        c.env("DATABASE_URL", url.as_str())
+            .env("OUTBOXCTL_SCHEMA", &db.schema)
+            .args(["stats"]);
+        c
+    });
+    let err = stderr(&out);
+    db.exec(&format!(
+        "REVOKE ALL ON SCHEMA \"{s}\" FROM \"{role}\"; DROP ROLE \"{role}\";",
+        s = db.schema
+    ))
+    .await;
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+    assert!(
+        err.contains(&format!("role `{role}`")) && err.contains("GRANT"),
+        "names the role and what to grant: {err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+/// Without USAGE on the schema, PostgreSQL leaves it out of the role's search path: the error
+/// says so and names the role, instead of "no outbox table ... run migrate".
+#[tokio::test]
+async fn a_schema_the_role_may_not_use_is_named_not_called_missing() {
+    let db = TestDb::new().await;
+    let role = format!("{}_nu", db.schema);
+    db.exec(&format!(
+        "DROP ROLE IF EXISTS \"{role}\"; CREATE ROLE \"{role}\" LOGIN"
+    ))
+    .await;
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_username(&role).unwrap();
+    let out = run({
+        let mut c = bin();
+        c.env("DATABASE_URL", url.as_str())
+            .env("OUTBOXCTL_SCHEMA", &db.schema)
+            .args(["stats"]);
+        c
+    });
+    db.exec(&format!("DROP ROLE \"{role}\"")).await;
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("role `{role}` may not use schema `{}`", db.schema))
+            && err.contains("GRANT USAGE ON SCHEMA")
+            && !err.contains("run `outboxctl migrate"),
+        "{err}"
+    );
 }

@@ -149,6 +149,60 @@ impl Drop for TestDb {
     }
 }
 
+/// A login role of the test's own on the server of a [`TestDb`], with only what PUBLIC has
+/// (no CREATE on the database): roles are cluster-wide, so it is named uniquely, and dropped
+/// with everything granted to it when the test ends, also when it fails.
+pub struct TestRole {
+    pub name: String,
+    admin_url: String,
+}
+
+impl TestRole {
+    pub async fn new(db: &TestDb) -> Self {
+        let name = format!("r_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        db.exec(&format!("CREATE ROLE \"{name}\" LOGIN")).await;
+        Self {
+            name,
+            admin_url: db.url.clone(),
+        }
+    }
+
+    /// The server's URL with this role as the user (the test server trusts local logins).
+    pub fn url(&self) -> String {
+        let mut u = url::Url::parse(&self.admin_url).unwrap();
+        u.set_username(&self.name).unwrap();
+        u.set_password(None).unwrap();
+        u.to_string()
+    }
+}
+
+impl Drop for TestRole {
+    fn drop(&mut self) {
+        let (name, url) = (self.name.clone(), self.admin_url.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok(pool) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(std::time::Duration::from_secs(5))
+                    .connect(&url)
+                    .await
+                {
+                    let _ = sqlx::raw_sql(&format!(
+                        "DROP OWNED BY \"{name}\"; DROP ROLE IF EXISTS \"{name}\""
+                    ))
+                    .execute(&pool)
+                    .await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
 /// The real binary with a clean environment (no OUTBOXCTL_*, no DATABASE_URL, no PG*).
 pub fn bin() -> Command {
     let mut c = Command::cargo_bin("outboxctl").expect("binary");
@@ -238,6 +292,56 @@ pub fn capture<R: std::io::Read + Send + 'static>(
     buf
 }
 
+/// A port nothing listens on, for as long as this lives: a socket bound to it but not listening,
+/// so a connection is refused and no other test (or checkout) can take the port meanwhile.
+pub struct ClosedPort {
+    pub port: u16,
+    _socket: tokio::net::TcpSocket,
+}
+
+impl ClosedPort {
+    pub fn new() -> Self {
+        // socket(2) + bind(2) without listen(2): kept open, never listening.
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.1:0".parse().unwrap())
+            .expect("bind a port");
+        let port = socket.local_addr().unwrap().port();
+        Self {
+            port,
+            _socket: socket,
+        }
+    }
+
+    /// Starts listening on the same port (it was never released, so nothing else took it).
+    /// Within a tokio runtime.
+    pub fn listen(self) -> std::net::TcpListener {
+        let listener = self
+            ._socket
+            .listen(128)
+            .expect("listen")
+            .into_std()
+            .unwrap();
+        listener.set_nonblocking(false).unwrap();
+        listener
+    }
+}
+
+/// The host and port of the tests' PostgreSQL (from [`base_url`]).
+pub fn db_host_port() -> (String, u16) {
+    let u = url::Url::parse(&base_url()).expect("OUTBOXCTL_TEST_DATABASE_URL");
+    (
+        u.host_str().unwrap_or("127.0.0.1").to_owned(),
+        u.port().unwrap_or(5432),
+    )
+}
+
+/// [`db_host_port`] as `host:port`.
+pub fn db_addr() -> String {
+    let (h, p) = db_host_port();
+    format!("{h}:{p}")
+}
+
 /// A fixed port of a test's own server or cluster, shifted by `OUTBOXCTL_TEST_PORT_OFFSET`
 /// (default 0) so that two checkouts can run the suite at once on one machine without taking
 /// each other's ports (and, for [`crate::pg_cluster::PgCluster`], cluster names).
@@ -255,4 +359,92 @@ pub fn port_offset() -> u16 {
                 .expect("OUTBOXCTL_TEST_PORT_OFFSET must be a port offset (e.g. 1000)")
         })
         .unwrap_or(0)
+}
+
+/// Says in the test run's output that a check was skipped or reduced, and why. Written to the
+/// process's stderr directly, past libtest's capture, so it shows for a passing test too.
+pub fn say_skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED in {test}: {why}");
+}
+
+/// Every node of an `EXPLAIN (FORMAT JSON)` plan (the top node and all below it).
+pub fn plan_nodes(plan: &serde_json::Value) -> Vec<&serde_json::Value> {
+    let mut out = vec![plan];
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(children) = out[i]["Plans"].as_array() {
+            out.extend(children.iter());
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Asserts that the statement `sql` (PREPAREd on `c`), executed with `args` (e.g. `(now(), 3)`),
+/// reaches the rows its `target` (e.g. `("Delete", "outbox")`) deletes or updates by TID, both
+/// as a custom and as a generic plan: the scan under that DELETE/UPDATE is a `Tid Scan`, and no
+/// node anywhere filters on ctid (the collapse of issue 22 item 10: an index scan over the whole
+/// range with `Filter: ctid = ANY`).
+pub async fn assert_tid_lookup(
+    c: &mut sqlx::PgConnection,
+    what: &str,
+    sql: &str,
+    args: &str,
+    target: (&str, &str),
+) {
+    sqlx::raw_sql(&format!("PREPARE tid_lookup AS {sql}"))
+        .execute(&mut *c)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        sqlx::raw_sql(&format!("SET plan_cache_mode = {mode}"))
+            .execute(&mut *c)
+            .await
+            .unwrap();
+        let plan: serde_json::Value =
+            sqlx::query_scalar(&format!("EXPLAIN (FORMAT JSON) EXECUTE tid_lookup{args}"))
+                .fetch_one(&mut *c)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let nodes = plan_nodes(&plan[0]["Plan"]);
+        let modify: Vec<_> = nodes
+            .iter()
+            .filter(|n| {
+                n["Node Type"] == "ModifyTable"
+                    && n["Operation"] == target.0
+                    && n["Relation Name"] == target.1
+            })
+            .collect();
+        assert!(
+            !modify.is_empty(),
+            "{what} ({mode}): no {target:?} in {plan:#}"
+        );
+        for m in modify {
+            let scans: Vec<_> = m["Plans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["Parent Relationship"] == "Outer")
+                .collect();
+            assert_eq!(scans.len(), 1, "{what} ({mode}): {plan:#}");
+            assert_eq!(
+                scans[0]["Node Type"], "Tid Scan",
+                "{what} ({mode}): the {} must reach its rows by TID: {plan:#}",
+                m["Operation"]
+            );
+        }
+        for n in nodes {
+            let filter = n["Filter"].as_str().unwrap_or("");
+            assert!(
+                !filter.contains("ctid"),
+                "{what} ({mode}): a {} filters on ctid: {plan:#}",
+                n["Node Type"]
+            );
+        }
+    }
+    sqlx::raw_sql("DEALLOCATE tid_lookup; RESET plan_cache_mode")
+        .execute(&mut *c)
+        .await
+        .unwrap();
 }

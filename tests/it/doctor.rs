@@ -642,3 +642,108 @@ async fn a_prepared_transaction_and_a_replication_slot_holding_the_horizon_are_n
     conn.close().await.unwrap();
     drop(db);
 }
+
+/// A check whose reads fail is a FAIL with the database's reason, and every other check still
+/// runs: doctor printed only `error: permission denied ...`, nothing with --json, and exited 1
+/// (its code for "warnings only").
+#[tokio::test]
+async fn a_check_that_cannot_read_fails_with_the_reason_and_the_others_still_run() {
+    let db = TestDb::new().await;
+    fixtures::ready(&db).await;
+    // A role that may read every table of the schema but the outbox itself.
+    let role = crate::common::TestRole::new(&db).await;
+    db.exec(&format!(
+        "GRANT USAGE ON SCHEMA \"{s}\" TO \"{r}\";
+         GRANT SELECT ON ALL TABLES IN SCHEMA \"{s}\" TO \"{r}\";
+         REVOKE SELECT ON outbox FROM \"{r}\"",
+        s = db.schema,
+        r = role.name
+    ))
+    .await;
+    let run = |args: &[&str]| {
+        db.cmd()
+            .env("DATABASE_URL", role.url())
+            .arg("doctor")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(&out), stderr(&out)));
+    for name in [
+        "relays",
+        "dead_letters",
+        "blocked",
+        "oldest_pending",
+        "prune",
+    ] {
+        assert_eq!(status(&v, name), "FAIL", "{name}: {v:#}");
+        assert!(
+            message(&v, name).starts_with("could not check: ")
+                && message(&v, name).contains("permission denied for table outbox"),
+            "{name}: {v:#}"
+        );
+        assert!(find(&v, name)["details"]["error"].is_string(), "{name}");
+    }
+    for name in [
+        "migrations",
+        "index:outbox_ready_idx",
+        "trigger:outbox_notify_insert",
+        "dead_tuples",
+        "table_bloat",
+    ] {
+        assert_eq!(status(&v, name), "PASS", "{name} still runs: {v:#}");
+    }
+    assert_eq!(v["status"], "FAIL");
+    // The text report says the same, one line per check.
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("FAIL  oldest_pending: could not check: ")
+                && l.contains("permission denied for table outbox")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("PASS  migrations: ")),
+        "{text}"
+    );
+    assert!(text.lines().last().unwrap().starts_with("FAIL: "), "{text}");
+}
+
+/// Someone else's `outbox` table (other columns): the migrations check says it conflicts, the
+/// checks that read events say why they cannot, and the report is still printed (exit 2).
+#[tokio::test]
+async fn someone_elses_outbox_table_is_reported_check_by_check() {
+    let db = TestDb::unmigrated().await;
+    db.exec(&format!(
+        "CREATE SCHEMA \"{s}\";
+         CREATE TABLE \"{s}\".outbox (id bigserial PRIMARY KEY, topic text NOT NULL, body jsonb);
+         INSERT INTO \"{s}\".outbox (topic, body) VALUES ('t', '{{}}')",
+        s = db.schema
+    ))
+    .await;
+    let (code, v) = doctor(&db, &[]);
+    assert_eq!(code, 2, "{v:#}");
+    assert_eq!(status(&v, "migrations"), "FAIL");
+    assert!(message(&v, "migrations").contains("conflict"), "{v:#}");
+    for name in ["dead_letters", "oldest_pending", "prune"] {
+        assert_eq!(status(&v, name), "FAIL", "{name}: {v:#}");
+        assert!(
+            message(&v, name).contains("does not exist"),
+            "{name}: {v:#}"
+        );
+    }
+    // What does not depend on the table's columns still runs.
+    for name in ["dead_tuples", "table_bloat", "xmin_horizon"] {
+        assert_ne!(find(&v, name)["message"], "", "{name}");
+        assert!(
+            !message(&v, name).starts_with("could not check"),
+            "{name}: {v:#}"
+        );
+    }
+}

@@ -195,11 +195,11 @@ async fn dry_run_shows_the_diff_that_the_edit_then_writes() {
         text.contains("    - schema-version: 1\n    + schema-version: 2"),
         "{text}"
     );
-    // Pretty JSON, line by line: unchanged lines kept, changed ones - and +.
-    assert!(text.contains("        \"aggregate\": \"o-1\",\n"), "{text}");
-    assert!(text.contains("    -   \"n\": 1\n"), "{text}");
+    // Pretty JSON as stored (jsonb orders keys shorter first), line by line: unchanged lines
+    // kept, changed ones - and +.
+    assert!(text.contains("        \"aggregate\": \"o-1\"\n"), "{text}");
     assert!(
-        text.contains("    +   \"n\": 2,\n    +   \"note\": \"fixed\"\n"),
+        text.contains("    -   \"n\": 1,\n    +   \"n\": 2,\n    +   \"note\": \"fixed\",\n"),
         "{text}"
     );
     assert!(text.ends_with("(dry run: nothing changed)\n"), "{text}");
@@ -541,5 +541,54 @@ async fn edits_racing_relays_are_published_entirely_before_or_entirely_after() {
         db.scalar::<i64>("SELECT count(*) FROM outbox_audit WHERE action = 'edit'")
             .await,
         edited.len() as i64
+    );
+}
+
+/// The summary line's grammar follows the count: "requeued it" for one event.
+#[tokio::test]
+async fn the_requeue_summary_says_it_for_one_event_and_them_for_several() {
+    let db = TestDb::new().await;
+    let a = ready(&db).await;
+    let b = ready(&db).await;
+    kill(&db, a, "5 minutes", "HTTP 400").await;
+    kill(&db, b, "5 minutes", "HTTP 400").await;
+    let one = db
+        .cmd()
+        .args([
+            "events",
+            "edit",
+            &a.to_string(),
+            "--set-header",
+            "v=2",
+            "--requeue",
+        ])
+        .args(["--reason", "fix"])
+        .output()
+        .unwrap();
+    assert!(one.status.success(), "{}", stderr(&one));
+    assert!(
+        stdout(&one).starts_with(&format!("edited 1 event and requeued it: {a}")),
+        "{}",
+        stdout(&one)
+    );
+    kill(&db, a, "5 minutes", "HTTP 400").await;
+    let two = db
+        .cmd()
+        .args([
+            "events",
+            "edit",
+            &a.to_string(),
+            &b.to_string(),
+            "--set-header",
+            "v=3",
+        ])
+        .args(["--requeue", "--reason", "fix", "--yes"])
+        .output()
+        .unwrap();
+    assert!(two.status.success(), "{}", stderr(&two));
+    assert!(
+        stdout(&two).contains("and requeued them"),
+        "{}",
+        stdout(&two)
     );
 }

@@ -42,7 +42,18 @@ impl TestServer {
     where
         F: Fn(&Received) -> Reply + Send + Sync + 'static,
     {
-        let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind");
+        Self::start_on(
+            TcpListener::bind(("127.0.0.1", port)).expect("bind"),
+            respond,
+        )
+    }
+
+    /// Serves on a listener already bound (e.g. [`crate::common::ClosedPort::listen`]: the port a
+    /// test refused connections on until now, never released in between).
+    pub fn start_on<F>(listener: TcpListener, respond: F) -> Self
+    where
+        F: Fn(&Received) -> Reply + Send + Sync + 'static,
+    {
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

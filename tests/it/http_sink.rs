@@ -182,17 +182,17 @@ async fn poison_is_dead_lettered_at_once_while_the_rest_flow() {
 
 #[tokio::test]
 async fn retry_after_is_honoured_and_redirects_are_not_followed() {
+    // Per-event failures (the batch also holds a success, so this is not an outage): the 503's
+    // Retry-After sets when event 1 is due again, and event 2's 302 is not followed.
     let db = TestDb::new().await;
-    db.seed_ready(2).await;
-    let server = TestServer::start(0, |r| {
-        if r.json()["id"] == 1 {
-            (503, vec![("Retry-After".into(), "120".into())])
-        } else {
-            (
-                302,
-                vec![("Location".into(), "http://127.0.0.1:9/elsewhere".into())],
-            )
-        }
+    db.seed_ready(3).await;
+    let server = TestServer::start(0, |r| match r.json()["id"].as_i64() {
+        Some(1) => (503, vec![("Retry-After".into(), "120".into())]),
+        Some(2) => (
+            302,
+            vec![("Location".into(), "http://127.0.0.1:9/elsewhere".into())],
+        ),
+        _ => (200, vec![]),
     });
     let out = db
         .cmd()
@@ -206,7 +206,7 @@ async fn retry_after_is_honoured_and_redirects_are_not_followed() {
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let wait: f64 = db
         .scalar("SELECT extract(epoch FROM available_at - now())::float8 FROM outbox WHERE id = 1")
         .await;
@@ -221,10 +221,45 @@ async fn retry_after_is_honoured_and_redirects_are_not_followed() {
         err.contains("302") && err.contains("redirects are not followed"),
         "{err}"
     );
+    let published: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE id = 3 AND published_at IS NOT NULL")
+        .await;
+    assert_eq!(published, 1);
     let dead: i64 = db
         .scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
         .await;
     assert_eq!(dead, 0);
+}
+
+#[tokio::test]
+async fn a_batch_no_event_of_which_got_through_is_an_outage_that_charges_nothing() {
+    // 503 for one event, a redirect for the other: no event got through, so the endpoint is
+    // down or misconfigured, not the events: exit 5, both rows untouched.
+    let db = TestDb::new().await;
+    db.seed_ready(2).await;
+    let server = TestServer::start(0, |r| {
+        if r.json()["id"] == 1 {
+            (503, vec![("Retry-After".into(), "120".into())])
+        } else {
+            (
+                302,
+                vec![("Location".into(), "http://127.0.0.1:9/elsewhere".into())],
+            )
+        }
+    });
+    let out = db
+        .cmd()
+        .args(["relay", "--once", "--sink", &server.url()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let untouched: i64 = db
+        .scalar(
+            "SELECT count(*) FROM outbox WHERE attempt_count = 0 AND last_error IS NULL \
+             AND published_at IS NULL AND dead_lettered_at IS NULL AND available_at <= now()",
+        )
+        .await;
+    assert_eq!(untouched, 2);
 }
 
 #[tokio::test]
@@ -404,4 +439,73 @@ async fn a_slow_sink_never_outlives_the_lease() {
         .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
         .await;
     assert_eq!(unpublished, 0);
+}
+
+/// Tx mode, SIGTERM mid-batch: the unstarted rows are given back in the transaction that marked
+/// the in-flight ones published, and keep what they held before the claim: their attempt count
+/// and the `last_error` of their previous attempt (the claim cleared it; issue 22 item 12).
+#[tokio::test]
+async fn tx_mode_gives_back_unstarted_rows_with_their_previous_error() {
+    let db = TestDb::new().await;
+    db.seed_ready(10).await;
+    db.exec("UPDATE outbox SET attempt_count = 1, last_error = 'HTTP 500: earlier'")
+        .await;
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let (g, a) = (Arc::clone(&gate), Arc::clone(&arrived));
+    let server = TestServer::start(0, move |_| {
+        a.fetch_add(1, Ordering::SeqCst);
+        let (lock, cv) = &*g;
+        let mut open = lock.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+        (200, vec![])
+    });
+    let mut child = db
+        .cmd()
+        .args(["relay", "--mode", "tx", "--sink", &server.url()])
+        .args(["--concurrency", "2", "--batch-size", "10", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = crate::common::capture(child.stderr.take().unwrap());
+    wait_until(
+        Duration::from_secs(10),
+        "two publishes in flight",
+        || async { arrived.load(Ordering::SeqCst) == 2 },
+    )
+    .await;
+    signal(&child, "TERM");
+    wait_until(
+        Duration::from_secs(5),
+        "the relay acknowledges SIGTERM",
+        || async { log.lock().unwrap().contains("shutting down") },
+    )
+    .await;
+    {
+        let (lock, cv) = &*gate;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "exit 0 on SIGTERM: {}", stderr(&out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["published"], 2, "{summary}");
+    assert_eq!(summary["released"], 8, "{summary}");
+    let (published, kept): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE published_at IS NOT NULL AND last_error IS NULL),
+                count(*) FILTER (WHERE published_at IS NULL AND attempt_count = 1
+                                   AND last_error = 'HTTP 500: earlier')
+           FROM outbox",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (published, kept),
+        (2, 8),
+        "published rows clear their error; given-back rows keep count and error"
+    );
 }

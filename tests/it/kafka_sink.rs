@@ -312,11 +312,12 @@ async fn a_bad_topic_template_or_an_unreachable_broker_is_one_clear_line() {
     }
     // Nothing listens: the batch times out within the publish timeout, an outage (exit 5), rows
     // untouched.
+    let closed = crate::common::ClosedPort::new();
     let started = Instant::now();
     let out = db
         .cmd()
         .args(["relay", "--once", "--publish-timeout", "3s", "--sink"])
-        .arg("kafka://127.0.0.1:18699?topic=t")
+        .arg(format!("kafka://127.0.0.1:{}?topic=t", closed.port))
         .output()
         .unwrap();
     assert!(

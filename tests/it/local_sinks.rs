@@ -261,3 +261,183 @@ async fn a_consumer_slower_than_the_lease_rolls_back_and_says_so() {
         assert_eq!(touched(&db).await, 0, "{mode}: rolled back / given back");
     }
 }
+
+/// `relay --sink stdout` whose stdout is /dev/null (`>/dev/null`), or closed (`>&-`, which Rust
+/// reopens as /dev/null before main), would mark every event published and throw it away: it is
+/// refused before anything is claimed, pointing at `--sink null`.
+#[tokio::test]
+async fn a_stdout_sink_into_dev_null_or_a_closed_stdout_is_refused() {
+    let db = TestDb::new().await;
+    db.seed_ready(5).await;
+    for redirect in [">/dev/null", ">&-"] {
+        for once in [true, false] {
+            // The real binary with the test environment, through sh for the redirection.
+            let bin = db.cmd();
+            let mut sh = std::process::Command::new("sh");
+            sh.arg("-c")
+                .arg(format!("exec \"$0\" \"$@\" {redirect}"))
+                .arg(bin.get_program())
+                .args(["relay", "--sink", "stdout", "--poll-interval", "60s"])
+                .args(once.then_some("--once"))
+                .stdin(Stdio::null());
+            for (k, v) in bin.get_envs() {
+                match v {
+                    Some(v) => sh.env(k, v),
+                    None => sh.env_remove(k),
+                };
+            }
+            let out = sh.output().unwrap();
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{redirect} once {once}: {err}");
+            assert!(
+                err.starts_with("error: --sink stdout: stdout is /dev/null")
+                    && err.contains("--sink null")
+                    && err.lines().count() == 1,
+                "{redirect} once {once}: {err}"
+            );
+            assert_eq!(
+                touched(&db).await,
+                0,
+                "{redirect} once {once}: nothing claimed"
+            );
+        }
+    }
+    // A pipe has a reader: the events go there.
+    let out = db
+        .cmd()
+        .args(["relay", "--once", "--sink", "stdout"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.stdout.iter().filter(|b| **b == b'\n').count(), 5);
+}
+
+/// Inserts `n` ready events keyed `{prefix}-1`.. (the NOTIFY trigger wakes a listening relay).
+async fn insert_ready(db: &TestDb, prefix: &str, n: i64) {
+    db.exec(&format!(
+        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+         SELECT '00000000-0000-0000-0000-000000000001', 'order', 'o-' || g, 'order.placed',
+                jsonb_build_object('n', g), '{prefix}-' || g
+           FROM generate_series(1, {n}) g"
+    ))
+    .await;
+}
+
+/// logrotate's way, for real: rename the file the daemon appends to, then `kill -HUP` it. The
+/// daemon keeps running (SIGHUP's default action killed it, exit 129, no summary), reopens the
+/// path, and writes every later event to the new file: nothing lost, nothing written twice.
+#[tokio::test]
+async fn sighup_reopens_the_file_after_a_rotation_and_never_stops_the_relay() {
+    use crate::common::{capture, ids_in_file, signal};
+    let db = TestDb::new().await;
+    insert_ready(&db, "a", 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let rotated = dir.path().join("events.jsonl.1");
+    let mut relay = db
+        .cmd()
+        .args(["relay", "--poll-interval", "60s", "--sink"])
+        .arg(format!("file:{}", path.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = capture(relay.stderr.take().unwrap());
+    wait_until(
+        Duration::from_secs(20),
+        "the first 5 events in the file",
+        || async { ids_in_file(&path).len() == 5 },
+    )
+    .await;
+    std::fs::rename(&path, &rotated).unwrap();
+    signal(&relay, "HUP");
+    wait_until(Duration::from_secs(10), "the reopen logged", || async {
+        log.lock().unwrap().contains("SIGHUP: reopened the file")
+    })
+    .await;
+    assert!(path.exists(), "the path is a new, empty file");
+    insert_ready(&db, "b", 5).await;
+    wait_until(
+        Duration::from_secs(20),
+        "the next 5 events in the new file",
+        || async { ids_in_file(&path).len() == 5 },
+    )
+    .await;
+    let (old, new) = (ids_in_file(&rotated), ids_in_file(&path));
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM outbox ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        old,
+        ids[..5],
+        "the rotated file kept what it had, nothing more"
+    );
+    assert_eq!(new, ids[5..], "every later event went to the new file");
+    let unpublished: i64 = db
+        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        .await;
+    assert_eq!(unpublished, 0);
+    // A second rotation with nothing new, then the usual stop: a clean exit with its summary.
+    signal(&relay, "HUP");
+    wait_until(
+        Duration::from_secs(10),
+        "the second reopen logged",
+        || async {
+            log.lock()
+                .unwrap()
+                .matches("SIGHUP: reopened the file")
+                .count()
+                == 2
+        },
+    )
+    .await;
+    signal(&relay, "TERM");
+    assert_eq!(
+        exit_code(&mut relay, Duration::from_secs(20)).await,
+        Some(0)
+    );
+    let out = std::io::read_to_string(relay.stdout.take().unwrap()).unwrap();
+    assert!(out.contains("10 published"), "{out}");
+    assert_eq!(ids_in_file(&path), ids[5..], "nothing written twice");
+}
+
+/// SIGHUP to a relay whose sink has no file: logged, and the relay carries on relaying.
+#[tokio::test]
+async fn sighup_is_harmless_for_other_sinks() {
+    use crate::common::{capture, signal};
+    let db = TestDb::new().await;
+    let mut relay = db
+        .cmd()
+        .args(["relay", "--poll-interval", "60s", "--sink", "null"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = capture(relay.stderr.take().unwrap());
+    wait_until(Duration::from_secs(20), "the relay starts", || async {
+        log.lock().unwrap().contains("relay starting")
+    })
+    .await;
+    signal(&relay, "HUP");
+    wait_until(Duration::from_secs(10), "the SIGHUP logged", || async {
+        log.lock().unwrap().contains("SIGHUP: nothing to reopen")
+    })
+    .await;
+    insert_ready(&db, "c", 3).await;
+    wait_until(
+        Duration::from_secs(20),
+        "relayed after the SIGHUP",
+        || async {
+            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+                .await
+                == 3
+        },
+    )
+    .await;
+    signal(&relay, "TERM");
+    assert_eq!(
+        exit_code(&mut relay, Duration::from_secs(20)).await,
+        Some(0)
+    );
+}

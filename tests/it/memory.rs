@@ -344,10 +344,13 @@ async fn peak_rss_over_large_payloads(depth: u32) -> u64 {
         .args(["relay", "--sink", "stdout", "--batch-bytes", "8MiB"])
         .args(["--pipeline-depth", &depth.to_string()])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // A reader that discards (the stdout sink refuses /dev/null itself).
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
     wait_until(Duration::from_secs(120), "every row published", || async {
         let left: i64 = db
             .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
@@ -359,6 +362,7 @@ async fn peak_rss_over_large_payloads(depth: u32) -> u64 {
     signal(&child, "TERM");
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
+    reader.join().unwrap().unwrap();
     peak
 }
 

@@ -298,7 +298,8 @@ impl Proxy {
                     continue;
                 };
                 let task = tokio::spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect("127.0.0.1:5432").await
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(crate::common::db_addr()).await
                     {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                     }
@@ -551,7 +552,7 @@ async fn bad_metrics_addr_is_a_usage_error_and_a_port_in_use_a_clear_one() {
 #[tokio::test]
 async fn sigterm_stops_the_server_with_the_relay() {
     let db = TestDb::new().await;
-    let mut d = Daemon::start(db.cmd(), 18408, &["--sink", "null"]);
+    let mut d = Daemon::start(db.cmd(), crate::common::port(18408), &["--sink", "null"]);
     d.wait_status("/readyz", 200, Duration::from_secs(30)).await;
     signal(&d.child, "TERM");
     assert!(d.child.wait().unwrap().success());
@@ -691,7 +692,7 @@ fn kubernetes_manifests_match_what_the_binary_serves() {
     let c = &check["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         strings(&c["args"]),
-        ["stats", "--check", "--crit-lag", "5m", "--crit-dead", "1"]
+        ["stats", "--check", "--crit-lag", "5m", "--crit-dead", "0"]
     );
     check_secret_env(c, &["DATABASE_URL"]);
 
@@ -712,6 +713,67 @@ fn kubernetes_manifests_match_what_the_binary_serves() {
     assert_eq!(listed, files);
 }
 
+/// The stats-check CronJob's comment (and docs/deploy.md) promise a failed Job on the first dead
+/// letter. `stats --check` trips when a figure is greater than its threshold, so that takes
+/// `--crit-dead 0`: run the CronJob's own arguments against an outbox holding one dead letter and
+/// nothing pending, then against one holding none.
+#[tokio::test]
+async fn the_kubernetes_stats_check_fails_its_job_on_the_first_dead_letter() {
+    let docs = manifests();
+    let check = kind(&docs, "CronJob", "outboxctl-stats-check");
+    let args =
+        strings(&check["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]);
+    let db = TestDb::new().await;
+    let run = |db: &TestDb| db.cmd().args(&args).stdin(Stdio::null()).output().unwrap();
+
+    let out = run(&db);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "no dead letter: {}",
+        crate::common::stdout(&out)
+    );
+
+    let id = crate::fixtures::ready(&db).await;
+    crate::fixtures::kill(&db, id, "1 minute", "HTTP 500").await;
+    let out = run(&db);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "one dead letter must fail the Job (CRITICAL): {args:?}: {}",
+        crate::common::stdout(&out)
+    );
+}
+
 fn kind_any<'a>(docs: &'a [(String, serde_yaml::Value)], kind: &str) -> &'a serde_yaml::Value {
     &docs.iter().find(|(_, d)| d["kind"] == kind).expect(kind).1
+}
+
+/// The lag gauge is lateness, the age gauge age: an event published with a delay and created 20
+/// minutes ago is old but not late; one that failed and waits for a retry an hour away is late
+/// since it first fell due (created 10 minutes ago, due at once).
+#[tokio::test]
+async fn the_lag_gauge_counts_lateness_not_age() {
+    let db = TestDb::new().await;
+    db.seed_ready(2).await;
+    db.exec(
+        "UPDATE outbox SET created_at = now() - interval '20 minutes',
+                available_at = now() + interval '1 hour' WHERE id = 1;
+         UPDATE outbox SET created_at = now() - interval '10 minutes', attempt_count = 2,
+                available_at = now() + interval '1 hour', last_error = 'HTTP 503' WHERE id = 2",
+    )
+    .await;
+    let d = Daemon::start(
+        db.cmd(),
+        crate::common::port(18408),
+        &["--sink", "null", "--poll-interval", "60s"],
+    );
+    let text = d.wait_metric("outboxctl_backlog_scheduled", 2.0).await;
+    let v = |name: &str| value(&text, name).unwrap_or_else(|| panic!("{name} missing:\n{text}"));
+    let (age, lag) = (
+        v("outboxctl_backlog_oldest_pending_age_seconds"),
+        v("outboxctl_backlog_oldest_pending_lag_seconds"),
+    );
+    assert!((1200.0..1260.0).contains(&age), "{age}");
+    assert!((600.0..660.0).contains(&lag), "{lag}");
 }

@@ -194,7 +194,9 @@ async fn status_lists_pending_then_applied_and_changes_nothing() {
 #[test]
 fn system_schemas_are_refused_by_every_command_before_connecting() {
     // Nothing listens on this port: a command that got as far as connecting would exit 3.
-    let nowhere = "postgres://postgres@127.0.0.1:18298/test";
+    let closed = crate::common::ClosedPort::new();
+    let nowhere = format!("postgres://postgres@127.0.0.1:{}/test", closed.port);
+    let nowhere = nowhere.as_str();
     for schema in [
         "information_schema",
         "pg_catalog",
@@ -229,4 +231,75 @@ fn system_schemas_are_refused_by_every_command_before_connecting() {
             );
         }
     }
+}
+
+/// `migrate` with nothing to do is a no-op that needs only read access: the relay's init
+/// container runs it with the relay's URL, and a role without CREATE on the database failed with
+/// `permission denied for database` (exit 1) while `migrate --check` said up to date.
+#[tokio::test]
+async fn an_up_to_date_migrate_needs_only_read_access() {
+    let db = TestDb::new().await;
+    let role = crate::common::TestRole::new(&db).await;
+    db.exec(&format!(
+        "GRANT USAGE ON SCHEMA \"{s}\" TO \"{r}\";
+         GRANT SELECT ON ALL TABLES IN SCHEMA \"{s}\" TO \"{r}\"",
+        s = db.schema,
+        r = role.name
+    ))
+    .await;
+    let can_create: bool = db
+        .scalar(&format!(
+            "SELECT has_database_privilege('{}', current_database(), 'CREATE')
+                 OR has_schema_privilege('{}', '{}', 'CREATE')",
+            role.name, role.name, db.schema
+        ))
+        .await;
+    assert!(!can_create, "the role must not be able to create anything");
+    let before: Vec<(i64, chrono::DateTime<chrono::Utc>)> =
+        sqlx::query_as("SELECT version, installed_on FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    for args in [
+        &["migrate"][..],
+        &["migrate", "--json"],
+        &["migrate", "--check"],
+    ] {
+        let out = db
+            .cmd()
+            .env("DATABASE_URL", role.url())
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{args:?}");
+        if args.len() == 1 {
+            assert!(
+                stdout(&out).contains("is up to date (8 migrations)"),
+                "{}",
+                stdout(&out)
+            );
+        }
+    }
+    let after: Vec<(i64, chrono::DateTime<chrono::Utc>)> =
+        sqlx::query_as("SELECT version, installed_on FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(before, after, "nothing recorded");
+    // With a migration pending, the same role is told what it lacks (nothing is half done).
+    db.exec("DELETE FROM _sqlx_migrations WHERE version = 8")
+        .await;
+    let out = db
+        .cmd()
+        .env("DATABASE_URL", role.url())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("permission denied"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -107,6 +107,13 @@ async fn a_subject_no_stream_captures_is_retried_with_a_clear_error() {
         "{}",
         stderr(&out)
     );
+    // The suggestion captures this subject (not `outbox.>`, which does not).
+    assert!(
+        stderr(&out).contains(&format!("subjects {prefix}.>"))
+            && !stderr(&out).contains("outbox.>"),
+        "{}",
+        stderr(&out)
+    );
     let untouched: i64 = db
         .scalar(
             "SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL

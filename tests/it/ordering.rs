@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{capture, stdout, wait_until, TestDb};
+use crate::common::{capture, stderr, stdout, wait_until, TestDb};
 use crate::fixtures::{run, run_json};
 use crate::http_server::TestServer;
 
@@ -1053,4 +1053,122 @@ async fn the_outbox_has_no_before_update_row_trigger() {
     .await
     .expect("triggers");
     assert!(before_update_row.is_empty(), "{before_update_row:?}");
+}
+
+/// skip → requeue → skip: the second skip (of the now pending head) dead-letters it without
+/// blocking, as it says, and the rest of the key flows. The blocking trigger recomputes
+/// `blocks_key` when a statement leaves it as it was, so a requeue must not carry the first
+/// skip's `false` over (issue 31 item 2).
+#[tokio::test]
+async fn skip_after_requeue_after_skip_leaves_the_key_unblocked() {
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
+    let head = insert(&db, "order", "k1", 1, true).await;
+    let next = insert(&db, "order", "k1", 2, false).await;
+    let die = format!("UPDATE outbox SET dead_lettered_at = now(), attempt_count = 10, last_error = 'HTTP 422' WHERE id = {head}");
+    let blocks = || async {
+        db.scalar::<Option<bool>>(&format!("SELECT blocks_key FROM outbox WHERE id = {head}"))
+            .await
+    };
+    db.exec(&die).await;
+    assert_eq!(blocks().await, Some(true), "a dead head blocks its key");
+    run(
+        &db,
+        &["ordering", "skip", &head.to_string(), "--reason", "r"],
+        0,
+    );
+    assert_eq!(blocks().await, Some(false));
+    run(&db, &["requeue", &head.to_string()], 0);
+    // Pending again; skipping it now dead-letters it without blocking.
+    let out = db
+        .cmd()
+        .args(["ordering", "skip", &head.to_string(), "--reason", "again"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("without blocking"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        blocks().await,
+        Some(false),
+        "the row says what the command said"
+    );
+    let status = run_json(&db, &["ordering", "status", "--json"]);
+    assert!(
+        !status.to_string().contains("\"k1\""),
+        "no blocked key k1: {status}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    let sink = format!("file:{}", path.display());
+    run(&db, &["relay", "--once", "--sink", &sink], 0);
+    let published: bool = db
+        .scalar(&format!(
+            "SELECT published_at IS NOT NULL FROM outbox WHERE id = {next}"
+        ))
+        .await;
+    assert!(published, "the key's next event flows");
+    // And a requeued event that dies again blocks again (the policy decides afresh).
+    run(&db, &["requeue", &head.to_string()], 0);
+    db.exec(&die).await;
+    assert_eq!(blocks().await, Some(true));
+}
+
+#[tokio::test]
+async fn the_ordered_claim_locks_and_updates_by_tid_whatever_the_statistics_say() {
+    // Issue 22 item 10's shape: the ordered claim picks ctids, then locks and updates them by
+    // TID; its re-check of the picked rows must not let stale statistics turn the lock into an
+    // index scan filtering on ctid.
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable"], 0);
+    db.exec("ALTER TABLE outbox SET (autovacuum_enabled = false)")
+        .await;
+    db.seed_ready(20_000).await;
+    let mut c = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET enable_sort = off; SET jit = off")
+        .execute(&mut *c)
+        .await
+        .unwrap();
+    // $1 rows, $2 per key, $3 every type, $4 types, $5-$7 the cursor, $8 walk, $9 min keys,
+    // $10 bytes (then the lease's $11 and $12).
+    let args = "(100, 10, true, '{}'::text[], '', '00000000-0000-0000-0000-000000000000', '', \
+                400, 1, 16777216";
+    for (stats_when, before, after) in [
+        (
+            "analyzed with all pending, now most published",
+            "UPDATE outbox SET published_at = NULL",
+            "UPDATE outbox SET published_at = now() WHERE id <= 19000",
+        ),
+        (
+            "analyzed with all published, now all pending",
+            "UPDATE outbox SET published_at = now()",
+            "UPDATE outbox SET published_at = NULL",
+        ),
+    ] {
+        db.exec(&format!("{before}; ANALYZE outbox; {after}")).await;
+        for (name, sql, args) in [
+            (
+                "ordered claim_tx",
+                outboxctl::db::ordering::claim_tx_sql(true),
+                format!("{args})"),
+            ),
+            (
+                "ordered claim_lease",
+                outboxctl::db::ordering::claim_lease_sql(true),
+                format!("{args}, 30000000, gen_random_uuid())"),
+            ),
+        ] {
+            crate::common::assert_tid_lookup(
+                &mut c,
+                &format!("{name}, {stats_when}"),
+                &sql,
+                &args,
+                ("Update", "outbox"),
+            )
+            .await;
+        }
+    }
 }

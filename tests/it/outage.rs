@@ -11,15 +11,6 @@ use serde_json::Value;
 use crate::common::{capture, signal, stderr, wait_until, TestDb};
 use crate::http_server::TestServer;
 
-/// A port nothing listens on (yet).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A daemon with a backoff schedule far shorter than the outages below: with --max-attempts 3 and
 /// per-row backoff of 50-200 ms, the old behaviour dead-letters every row within a second.
 fn daemon(db: &TestDb, url: &str) -> std::process::Child {
@@ -86,8 +77,8 @@ async fn delivered_untouched(db: &TestDb, server: &TestServer, n: i64) {
 async fn refused_connections_longer_than_the_backoff_schedule_dead_letter_nothing() {
     let db = TestDb::new().await;
     db.seed_ready(50).await;
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/events");
+    let closed = crate::common::ClosedPort::new();
+    let url = format!("http://127.0.0.1:{}/events", closed.port);
     let mut child = daemon(&db, &url);
     let log = capture(child.stderr.take().unwrap());
     wait_until(Duration::from_secs(20), "the outage WARN", || async {
@@ -125,7 +116,7 @@ async fn refused_connections_longer_than_the_backoff_schedule_dead_letter_nothin
         .await;
     assert_eq!(charged, 0, "attempt counts untouched during the outage");
 
-    let server = TestServer::start(port, |_| (200, vec![]));
+    let server = TestServer::start_on(closed.listen(), |_| (200, vec![]));
     delivered_untouched(&db, &server, 50).await;
     wait_until(Duration::from_secs(10), "the recovery INFO", || async {
         log.lock().unwrap().contains("sink available again")
@@ -176,7 +167,8 @@ async fn a_503_on_every_event_is_an_outage_not_a_failure_of_each() {
 async fn once_during_an_outage_gives_back_and_exits_5() {
     let db = TestDb::new().await;
     db.seed_ready(30).await;
-    let url = format!("http://127.0.0.1:{}/events", free_port());
+    let closed = crate::common::ClosedPort::new();
+    let url = format!("http://127.0.0.1:{}/events", closed.port);
     let out = db
         .cmd()
         .args([

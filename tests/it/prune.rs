@@ -492,7 +492,7 @@ async fn max_duration_and_max_batches_are_honoured() {
         (10..=80).contains(&deleted),
         "about 1s / 200ms batches: {v}"
     );
-    assert!(v["elapsed_ms"].as_u64().unwrap() < 2_000, "{v}");
+    assert!(v["elapsed_ms"].as_u64().unwrap() < 4_000, "{v}");
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(
         db.scalar::<i64>("SELECT count(*) FROM outbox").await,
@@ -619,4 +619,296 @@ async fn prune_in_a_loop_while_relays_publish_loses_nothing() {
     assert_eq!(deleted, 6_000 + history, "{runs} prune runs");
     assert_eq!(db.scalar::<i64>("SELECT count(*) FROM outbox").await, 0);
     assert!(runs > 1, "the prunes overlapped the publishing");
+}
+
+/// The four kinds of rows prune deletes, `n` of each, all eligible for a prune with a cutoff of
+/// a minute ago (`eligible`) or none of them (the same rows pending, or recent).
+async fn prunable(db: &TestDb, n: i64, eligible: bool) {
+    db.exec(&format!(
+        "TRUNCATE outbox, processed_messages, outbox_audit;
+         INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                             idempotency_key, created_at, available_at)
+         SELECT gen_random_uuid(), 'order', 'o-' || g, 'order.placed', '{{}}', 'k-' || g,
+                now() - interval '2 hours', now() - interval '2 hours'
+           FROM generate_series(1, {n} * 2) g;
+         INSERT INTO processed_messages (consumer, message_id)
+         SELECT 'c', g::text FROM generate_series(1, {n}) g;
+         INSERT INTO outbox_audit (action, actor) SELECT 'prune', 'test' FROM generate_series(1, {n});"
+    ))
+    .await;
+    set_eligible(db, eligible).await;
+}
+
+/// Makes the rows of [`prunable`] all eligible (half the events published an hour ago, the
+/// other half dead an hour ago, the rest old), or none (pending, recent).
+async fn set_eligible(db: &TestDb, eligible: bool) {
+    if eligible {
+        db.exec(
+            "UPDATE outbox SET published_at = now() - interval '1 hour', attempt_count = 1
+              WHERE id % 2 = 0;
+             UPDATE outbox SET dead_lettered_at = now() - interval '1 hour', attempt_count = 10,
+                    last_error = 'boom'
+              WHERE id % 2 = 1;
+             UPDATE processed_messages SET processed_at = now() - interval '1 hour';
+             UPDATE outbox_audit SET at = now() - interval '1 hour';",
+        )
+        .await;
+    } else {
+        db.exec(
+            "UPDATE outbox SET published_at = NULL, dead_lettered_at = NULL, last_error = NULL,
+                    attempt_count = 0;
+             UPDATE processed_messages SET processed_at = now();
+             UPDATE outbox_audit SET at = now();",
+        )
+        .await;
+    }
+}
+
+/// No autovacuum or autoanalyze: the statistics stay what the test made them.
+async fn freeze_statistics(db: &TestDb) {
+    db.exec(
+        "ALTER TABLE outbox SET (autovacuum_enabled = false);
+         ALTER TABLE processed_messages SET (autovacuum_enabled = false);
+         ALTER TABLE outbox_audit SET (autovacuum_enabled = false);",
+    )
+    .await;
+}
+
+/// The arguments of a batch statement (`db::prune::BATCH_STATEMENTS`) for a cutoff of a minute
+/// ago, starting at the beginning.
+const BATCH_ARGS: &str =
+    "(now() - interval '1 minute', NULL, 1000, NULL, 'test', '{}', '{published,deleted}')";
+
+#[tokio::test]
+async fn every_batch_statement_deletes_by_tid_whatever_the_statistics_say() {
+    // Issue 22 item 10: analyzed while nothing was published, then drained, a prune's DELETE
+    // walked outbox_published_at_idx over the whole range at every batch, filtering on ctid.
+    let db = TestDb::new().await;
+    freeze_statistics(&db).await;
+    let mut c = db.pool.acquire().await.unwrap();
+    for (stats_when, now) in [
+        ("analyzed with nothing eligible, now all eligible", true),
+        ("analyzed with all eligible, now nothing eligible", false),
+    ] {
+        prunable(&db, 10_000, !now).await;
+        db.exec("ANALYZE outbox; ANALYZE processed_messages; ANALYZE outbox_audit")
+            .await;
+        set_eligible(&db, now).await;
+        for (table, sql) in outboxctl::db::prune::BATCH_STATEMENTS {
+            let relation = match table {
+                "published" | "dead" => "outbox",
+                "audit" => "outbox_audit",
+                other => other,
+            };
+            crate::common::assert_tid_lookup(
+                &mut c,
+                &format!("prune {table}, {stats_when}"),
+                sql,
+                BATCH_ARGS,
+                ("Delete", relation),
+            )
+            .await;
+        }
+    }
+}
+
+/// Publishes every event, an hour ago, a millisecond apart (as relays do, batch after batch: a
+/// batch's rows share a time, and the next prune batch starts at the last one's).
+async fn drain(db: &TestDb) {
+    db.exec(
+        "UPDATE outbox SET published_at = now() - interval '1 hour' + id * interval '1 ms',
+                attempt_count = 1",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_prune_after_a_drain_under_stale_statistics_deletes_every_batch_by_tid() {
+    let db = TestDb::new().await;
+    freeze_statistics(&db).await;
+    // 20k events analyzed while pending, then drained (published an hour ago).
+    db.seed_ready(20_000).await;
+    db.exec("ANALYZE outbox").await;
+    drain(&db).await;
+
+    // Each batch, as the library runs it, planned first with that batch's own arguments.
+    let mut c = db.pool.acquire().await.unwrap();
+    let cutoff = outboxctl::db::prune::cutoff(&mut c, 60_000_000)
+        .await
+        .unwrap();
+    let mut audit = outboxctl::db::prune::PruneAudit {
+        actor: "test".into(),
+        details: serde_json::json!({"published": {"deleted": 0}}),
+        id: None,
+    };
+    let (mut from, mut deleted, mut batches) = (None, 0, 0);
+    loop {
+        let args = format!(
+            "('{}'::timestamptz, {}, 1000, {}, 'test', '{{}}', '{{published,deleted}}')",
+            cutoff.to_rfc3339(),
+            from.map_or(
+                "NULL".to_owned(),
+                |f: chrono::DateTime<chrono::Utc>| format!("'{}'::timestamptz", f.to_rfc3339())
+            ),
+            audit.id.map_or("NULL".to_owned(), |i| i.to_string()),
+        );
+        crate::common::assert_tid_lookup(
+            &mut c,
+            &format!("batch {}", batches + 1),
+            outboxctl::db::prune::DELETE_PUBLISHED,
+            &args,
+            ("Delete", "outbox"),
+        )
+        .await;
+        let b = outboxctl::db::prune::delete_published(&mut c, cutoff, from, 1000, &mut audit)
+            .await
+            .unwrap();
+        batches += 1;
+        if b.deleted == 0 {
+            break;
+        }
+        deleted += b.deleted;
+        from = b.next;
+    }
+    assert_eq!(
+        (deleted, batches),
+        (20_000, 21),
+        "1000 a batch, then an empty one"
+    );
+}
+
+#[tokio::test]
+async fn the_binary_prunes_a_drained_outbox_under_stale_statistics_reading_each_row_once() {
+    let db = TestDb::new().await;
+    freeze_statistics(&db).await;
+    // The binary, the same way: what it reads of outbox_published_at_idx is its count and the
+    // picks' ranges (each batch starts where the last stopped), about two entries per row, not
+    // rows x batches (261k here) as when each DELETE walked the index.
+    db.seed_ready(20_000).await;
+    db.exec("ANALYZE outbox").await;
+    drain(&db).await;
+    let read = || async {
+        db.scalar::<i64>(
+            "SELECT idx_tup_read FROM pg_stat_user_indexes
+              WHERE indexrelid = 'outbox_published_at_idx'::regclass",
+        )
+        .await
+    };
+    let before = read().await;
+    let v = run_json(
+        &db,
+        &[
+            "prune",
+            "--older-than",
+            "1s",
+            "--batch-size",
+            "1000",
+            "--json",
+        ],
+    );
+    assert_eq!(v["published"]["deleted"], 20_000, "{v}");
+    wait_until(
+        Duration::from_secs(10),
+        "the prune's index statistics",
+        || async { read().await - before >= 20_000 },
+    )
+    .await;
+    let entries = read().await - before;
+    assert!(
+        entries < 60_000,
+        "prune read {entries} index entries of outbox_published_at_idx for 20000 rows"
+    );
+}
+
+/// A dead letter that blocks its ordered key stays until an operator decides (requeue, `ordering
+/// skip`, `dead discard`): `prune --dead-older-than` keeps it, says how many it kept, and the
+/// key stays blocked; other dead letters of the same age go (issue 31 item 3).
+#[tokio::test]
+async fn prune_keeps_dead_letters_that_block_their_keys_and_says_so() {
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
+    let insert = |key: &'static str, n: i64, aggregate_type: &'static str| {
+        let db = &db;
+        async move {
+            db.scalar::<i64>(&format!(
+                "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+                 VALUES ('00000000-0000-0000-0000-000000000001', '{aggregate_type}', '{key}', 'e',
+                         '{{\"n\": {n}}}', gen_random_uuid()::text) RETURNING id"
+            ))
+            .await
+        }
+    };
+    let head = insert("k1", 1, "order").await;
+    let next = insert("k1", 2, "order").await;
+    let other = insert("x", 1, "invoice").await;
+    // Both dead two hours ago: the ordered head blocks its key (the trigger), the other not.
+    db.exec(&format!(
+        "UPDATE outbox SET dead_lettered_at = now() - interval '2 hours', attempt_count = 10,
+                last_error = 'HTTP 422' WHERE id IN ({head}, {other})"
+    ))
+    .await;
+    let blocks: Option<bool> = db
+        .scalar(&format!("SELECT blocks_key FROM outbox WHERE id = {head}"))
+        .await;
+    assert_eq!(blocks, Some(true));
+
+    let dry = run_json(
+        &db,
+        &[
+            "prune",
+            "--older-than",
+            "7d",
+            "--dead-older-than",
+            "1h",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert_eq!(dry["dead"]["would_delete"], 1, "{dry}");
+    assert_eq!(dry["dead"]["kept_blocking"], 1, "{dry}");
+
+    let v = run_json(
+        &db,
+        &[
+            "prune",
+            "--older-than",
+            "7d",
+            "--dead-older-than",
+            "1h",
+            "--json",
+        ],
+    );
+    assert_eq!(v["dead"]["deleted"], 1, "{v}");
+    assert_eq!(v["dead"]["kept_blocking"], 1, "{v}");
+    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM outbox ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        vec![head, next],
+        "the blocking head and its key stay; the other goes"
+    );
+
+    let out = db
+        .cmd()
+        .args(["prune", "--older-than", "7d", "--dead-older-than", "1h"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("kept 1 dead letter that blocks its key"),
+        "{}",
+        stdout(&out)
+    );
+    // The key is still blocked: a relay publishes nothing of it.
+    let dir = tempfile::tempdir().unwrap();
+    let sink = format!("file:{}", dir.path().join("o.jsonl").display());
+    run(&db, &["relay", "--once", "--sink", &sink], 0);
+    let published: bool = db
+        .scalar(&format!(
+            "SELECT published_at IS NOT NULL FROM outbox WHERE id = {next}"
+        ))
+        .await;
+    assert!(!published, "the key stays blocked after prune");
 }

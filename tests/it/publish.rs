@@ -1032,3 +1032,35 @@ async fn a_payload_too_large_for_jsonb_exits_2_naming_its_line_and_inserts_nothi
     let n: i64 = db.scalar("SELECT count(*) FROM outbox").await;
     assert_eq!(n, 0);
 }
+
+/// `--payload @-` reads the payload from stdin, as `--file -` reads events from it (it used to
+/// open a file named `-`). Digit for digit.
+#[tokio::test]
+async fn payload_at_dash_reads_stdin() {
+    let db = TestDb::new().await;
+    let body = r#"{"amount":0.1000000000000000055511151231257827}"#;
+    let out = run_stdin(
+        &db,
+        &[
+            "--event-type",
+            "e",
+            "--aggregate-type",
+            "a",
+            "--aggregate-id",
+            "1",
+            "--payload",
+            "@-",
+        ],
+        body.as_bytes().to_vec(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored: String = db.scalar("SELECT payload::text FROM outbox").await;
+    assert_eq!(
+        stored,
+        r#"{"amount": 0.1000000000000000055511151231257827}"#
+    );
+}

@@ -348,6 +348,7 @@ async fn a_stale_relay_cannot_overwrite_the_newer_outcome() {
         retry_in: Duration::from_secs(60),
         dead: false,
         error: "fresh failure".into(),
+        counted: true,
     };
     assert_eq!(
         sql::settle_failed(&mut c, &[retry], fresh).await.unwrap(),
@@ -369,6 +370,7 @@ async fn a_stale_relay_cannot_overwrite_the_newer_outcome() {
         retry_in: Duration::ZERO,
         dead: true,
         error: "stale".into(),
+        counted: true,
     };
     assert!(sql::settle_failed(&mut c, &[dead], stale)
         .await
@@ -573,12 +575,14 @@ async fn daemon_delivers_a_notified_event_in_milliseconds_and_a_delayed_one_on_t
         let late: f64 = db
             .scalar("SELECT extract(epoch FROM published_at - available_at)::float8 FROM outbox WHERE event_type = 'e'")
             .await;
+        // Bounds far under the 60 s poll interval (so only NOTIFY and the due-time timer can
+        // meet them) and far over what a loaded 2-core machine adds (typically 5-50 ms).
         assert!(
-            notified < 0.25,
+            notified < 2.0,
             "{mode:?}: NOTIFY-woken delivery took {notified}s"
         );
         assert!(
-            (0.0..0.1).contains(&late),
+            (0.0..2.0).contains(&late),
             "{mode:?}: delayed event published {late}s after its due time"
         );
         signal(&child, "TERM");
@@ -878,6 +882,55 @@ async fn claims_generic_plans_never_scan_the_table() {
             .await
             .unwrap();
         assert_tid_scan_plan(&mut c, name, args).await;
+    }
+}
+
+#[tokio::test]
+async fn claims_update_by_tid_whatever_the_statistics_say() {
+    // Issue 22 item 10's shape: a ctid-batched statement must keep its TID lookup when the
+    // statistics lie, in both directions.
+    let db = TestDb::new().await;
+    db.exec("ALTER TABLE outbox SET (autovacuum_enabled = false)")
+        .await;
+    db.seed_ready(20_000).await;
+    let mut c = db.pool.acquire().await.unwrap();
+    let limit = |sizing| sql::BatchLimit {
+        rows: 100,
+        bytes: 16 << 20,
+        sizing,
+    };
+    for (stats_when, before, after) in [
+        (
+            "analyzed with all pending, now most published",
+            "UPDATE outbox SET published_at = NULL",
+            "UPDATE outbox SET published_at = now() WHERE id <= 19000",
+        ),
+        (
+            "analyzed with all published, now all pending",
+            "UPDATE outbox SET published_at = now()",
+            "UPDATE outbox SET published_at = NULL",
+        ),
+    ] {
+        db.exec(&format!("{before}; ANALYZE outbox; {after}")).await;
+        for sizing in [sql::Sizing::Share, sql::Sizing::Running] {
+            for (name, sql, args) in [
+                ("claim_tx", sql::claim_tx_sql(limit(sizing)), ""),
+                (
+                    "claim_lease",
+                    sql::claim_lease_sql(limit(sizing)),
+                    "(30000000, gen_random_uuid())",
+                ),
+            ] {
+                crate::common::assert_tid_lookup(
+                    &mut c,
+                    &format!("{name} {sizing:?}, {stats_when}"),
+                    &sql,
+                    args,
+                    ("Update", "outbox"),
+                )
+                .await;
+            }
+        }
     }
 }
 

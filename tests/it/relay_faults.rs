@@ -258,3 +258,62 @@ async fn once_gives_up_with_exit_3_when_the_database_stays_down() {
         "{dupes} re-sent: more than the batch in flight"
     );
 }
+
+/// Lease mode: a claim that committed but whose reply never reached the relay (the connection
+/// broke in between) leaves rows leased to a token no one holds. The relay gives them back at
+/// once on a live connection, attempt count included, instead of leaving them to the lease's
+/// end (1 h here) (issue 22 item 12). The lost reply is a failpoint (the network fault cannot
+/// be timed between the server's commit and its reply): `lose-claim-reply` drops the first
+/// claim's connection after the claim committed and reports the connection lost.
+#[tokio::test]
+async fn a_lost_claim_reply_gives_the_rows_back_at_once() {
+    let db = TestDb::new().await;
+    db.seed_ready(20).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    let out = db
+        .cmd()
+        .args([
+            "relay",
+            "--once",
+            "--mode",
+            "lease",
+            "--lease",
+            "1h",
+            "--batch-size",
+            "5",
+        ])
+        .arg("--sink")
+        .arg(format!("file:{}", path.display()))
+        .args(["--json", "-v"])
+        .env("OUTBOXCTL_TEST_FAILPOINT", "lose-claim-reply")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(err.contains("FAILPOINT lose-claim-reply"), "{err}");
+    let (published, leased, charged): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE published_at IS NOT NULL),
+                count(*) FILTER (WHERE published_at IS NULL AND locked_until IS NOT NULL),
+                count(*) FILTER (WHERE published_at IS NULL AND attempt_count > 0)
+           FROM outbox",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(leased, 0, "no row left leased to the lost claim: {err}");
+    assert_eq!(charged, 0, "its attempt given back: {err}");
+    // What the run could not publish is due again now; a second run takes it all.
+    if published < 20 {
+        let again = db
+            .cmd()
+            .args(["relay", "--once", "--mode", "lease", "--batch-size", "5"])
+            .arg("--sink")
+            .arg(format!("file:{}", path.display()))
+            .output()
+            .unwrap();
+        assert!(again.status.success(), "{}", stderr(&again));
+    }
+    let ids = ids_in_file(&path);
+    let distinct: HashSet<i64> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), 20, "every event delivered");
+}

@@ -1,6 +1,7 @@
-//! Committed text generated from the clap definition: `--help` of every command under
-//! `tests/snapshots/help/`, and the shell completion scripts under `completions/`. A test fails
-//! when any of them is stale, missing, or left over from a removed command.
+//! Committed text generated from the code: `--help` of every command under
+//! `tests/snapshots/help/`, the shell completion scripts under `completions/`, the man pages under
+//! `man/` and the reference pages under `docs/reference/` (src/docs/). A test fails when any of
+//! them is stale, missing, or left over from a removed command.
 //!
 //! Regenerate after changing the CLI:
 //!
@@ -120,4 +121,31 @@ fn completion_snapshots_are_current() {
         want.insert(completions::file_name(shell).to_owned(), script);
     }
     check_dir("completions", want);
+}
+
+#[test]
+fn reference_pages_are_current() {
+    let want = outboxctl::docs::reference_pages()
+        .into_iter()
+        .map(|(name, text)| (name.to_owned(), text.into_bytes()))
+        .collect();
+    check_dir("docs/reference", want);
+}
+
+#[test]
+fn man_pages_are_current() {
+    let pages = outboxctl::docs::man::pages();
+    // One page per command, clap's `help` aside.
+    let mut paths = Vec::new();
+    command_paths(&Cli::command(), vec![], &mut paths);
+    assert_eq!(pages.len(), paths.len());
+    for (name, page) in &pages {
+        let text = String::from_utf8_lossy(page);
+        assert!(
+            text.starts_with(".ie \\n(.g .ds Aq"),
+            "{name}: not roff:\n{text}"
+        );
+        assert!(text.contains(".SH NAME"), "{name}");
+    }
+    check_dir("man", pages.into_iter().collect());
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::common::{stderr, stdout, TestDb};
 
-const FIGURES: [&str; 11] = [
+const FIGURES: [&str; 12] = [
     "ready",
     "scheduled",
     "retrying",
@@ -21,10 +21,11 @@ const FIGURES: [&str; 11] = [
     "oldest_ready_lag_seconds",
     "oldest_ready_age_seconds",
     "oldest_pending_age_seconds",
+    "oldest_pending_lag_seconds",
     "next_due_at",
 ];
 
-/// `stats` with a table width that fits all eleven columns of the fixture's rows.
+/// `stats` with a table width that fits all twelve columns of the fixture's rows.
 fn stats(db: &TestDb, args: &[&str]) -> std::process::Output {
     db.cmd()
         .env("COLUMNS", "160")
@@ -540,6 +541,7 @@ async fn human_table() {
             "dead",
             "pub/1m",
             "pub/1h",
+            "lag",
             "lag (due)",
             "lag (created)",
             "oldest pending"
@@ -551,9 +553,12 @@ async fn human_table() {
         row[..8],
         [db.schema.as_str(), "4", "4", "2", "4", "3", "3", "6"]
     );
-    assert!(row[8].starts_with("10m"), "lag (due) {}", row[8]);
-    assert!(row[9].starts_with("20m"), "lag (created) {}", row[9]);
-    assert!(row[10].starts_with("3h"), "oldest pending {}", row[10]);
+    // Lag: the leased rows due 2 hours ago and the retry created 2 hours ago; not the scheduled
+    // rows created 3 hours ago.
+    assert!(row[8].starts_with("2h"), "lag {}", row[8]);
+    assert!(row[9].starts_with("10m"), "lag (due) {}", row[9]);
+    assert!(row[10].starts_with("20m"), "lag (created) {}", row[10]);
+    assert!(row[11].starts_with("3h"), "oldest pending {}", row[11]);
     let last = lines.last().unwrap();
     assert!(
         last.starts_with("throughput 0.1/s over the last minute; next scheduled event 20"),

@@ -93,7 +93,7 @@ async fn check_reports_the_worst_threshold_with_nagios_codes_and_perfdata() {
     let line = stdout(&out);
     assert_eq!(line.lines().count(), 1, "{line}");
     assert!(
-        line.starts_with("OUTBOX CRITICAL - oldest pending 10m")
+        line.starts_with("OUTBOX CRITICAL - lag 10m")
             && line.contains("> 5m, dead letters 2 > 1 |"),
         "{line}"
     );
@@ -143,7 +143,7 @@ async fn check_reports_the_worst_threshold_with_nagios_codes_and_perfdata() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(
-        stdout(&out).starts_with("OUTBOX OK - oldest pending 10m"),
+        stdout(&out).starts_with("OUTBOX OK - lag 10m"),
         "{}",
         stdout(&out)
     );
@@ -279,6 +279,7 @@ async fn check_is_unknown_for_bad_arguments_errors_and_an_unreachable_database()
         "--by",
     );
     // The database unreachable (nothing listens on this port of our range).
+    let closed = crate::common::ClosedPort::new();
     let out = bin()
         .args([
             "stats",
@@ -288,7 +289,10 @@ async fn check_is_unknown_for_bad_arguments_errors_and_an_unreachable_database()
             "--connect-timeout",
             "3s",
         ])
-        .args(["--database-url", "postgres://postgres@127.0.0.1:18451/test"])
+        .args([
+            "--database-url",
+            &format!("postgres://postgres@127.0.0.1:{}/test", closed.port),
+        ])
         .output()
         .unwrap();
     let line = unknown(&out, "unreachable");
@@ -590,4 +594,131 @@ async fn migrate_check_exits_6_for_an_adoptable_seed_table_and_2_for_a_conflicti
         "{}",
         stdout(&out)
     );
+}
+
+/// The lag is lateness: `publish --delay 1h` paged on-call (`oldest pending 4m 26s > 1m`, exit
+/// 2) with nothing due. A ready event counts from when it fell due, one waiting for a retry (or
+/// being retried) from when it first fell due, one scheduled for later and never tried not at
+/// all; the same figure in `stats --check`, `--format prometheus`, the relay's `/metrics`
+/// and doctor's `oldest_pending`.
+#[tokio::test]
+async fn the_lag_is_how_late_an_event_is_not_how_old() {
+    let db = TestDb::new().await;
+    let lag = |db: &TestDb, args: &[&str]| {
+        let out = run(
+            db,
+            &[&["stats", "--check", "--crit-lag", "1m", "--json"], args].concat(),
+        );
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&out), stderr(&out)));
+        (
+            out.status.code(),
+            v["stats"]["oldest_pending_lag_seconds"].as_f64().unwrap(),
+        )
+    };
+    // Published with a delay, created 5 minutes ago: nothing is due, nothing is late.
+    let out = run(
+        &db,
+        &[
+            "publish",
+            "--event-type",
+            "e",
+            "--aggregate-type",
+            "a",
+            "--aggregate-id",
+            "1",
+            "--payload",
+            "{}",
+            "--delay",
+            "1h",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    db.exec("UPDATE outbox SET created_at = now() - interval '5 minutes'")
+        .await;
+    let out = run(&db, &["stats", "--check", "--crit-lag", "1m"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("OUTBOX OK - lag 0s,"),
+        "{}",
+        stdout(&out)
+    );
+    let (_, v) = doctor_lag(&db); // other checks look at the whole server: not the exit code
+    assert_eq!(v.0, "PASS", "{}", v.1);
+
+    // A delayed event that fell due 3 minutes ago (created an hour ago): 3 minutes late.
+    let due = fixtures::ready(&db).await;
+    db.exec(&format!(
+        "UPDATE outbox SET created_at = now() - interval '1 hour',
+                available_at = now() - interval '3 minutes' WHERE id = {due}"
+    ))
+    .await;
+    let (code, l) = lag(&db, &[]);
+    assert_eq!(code, Some(2));
+    assert!((180.0..240.0).contains(&l), "{l}");
+    // Its first attempt in flight: still from when it fell due.
+    fixtures::lease(&db, due).await;
+    let (_, l) = lag(&db, &[]);
+    assert!((180.0..240.0).contains(&l), "{l}");
+    db.exec(&format!("DELETE FROM outbox WHERE id = {due}"))
+        .await;
+
+    // Failed, waiting for a retry an hour from now: late since it first fell due (created 10
+    // minutes ago, due at once), whatever its backoff says.
+    let retry = fixtures::ready(&db).await;
+    db.exec(&format!(
+        "UPDATE outbox SET created_at = now() - interval '10 minutes', attempt_count = 2,
+                available_at = now() + interval '1 hour', last_error = 'HTTP 503' WHERE id = {retry}"
+    ))
+    .await;
+    let (code, l) = lag(&db, &[]);
+    assert_eq!(code, Some(2));
+    assert!((600.0..660.0).contains(&l), "{l}");
+    let out = run(&db, &["stats", "--check", "--crit-lag", "1m"]);
+    assert!(
+        stdout(&out).starts_with("OUTBOX CRITICAL - lag 10m"),
+        "{}",
+        stdout(&out)
+    );
+    // The same figure for Prometheus, and for doctor.
+    let text = stdout(&run(&db, &["stats", "--format", "prometheus"]));
+    promtool_check(&text);
+    let s = format!("schema=\"{}\"", db.schema);
+    let p = sample(
+        &text,
+        &format!("outboxctl_oldest_pending_lag_seconds{{{s}}}"),
+    );
+    assert!((600.0..660.0).contains(&p), "{p}");
+    let (code, v) = doctor_lag(&db);
+    assert_eq!((code, v.0.as_str()), (2, "FAIL"), "{}", v.1);
+    assert!(v.1.starts_with("the most overdue event is 10m"), "{}", v.1);
+    // --help says what the lag is.
+    let help = stdout(&run(&db, &["stats", "--help"]));
+    assert!(
+        help.contains("scheduled for later and never tried does not count"),
+        "{help}"
+    );
+}
+
+/// doctor's exit code and its `oldest_pending` check's (status, message).
+fn doctor_lag(db: &TestDb) -> (i32, (String, String)) {
+    let out = run(
+        db,
+        &["doctor", "--json", "--warn-lag", "1m", "--crit-lag", "5m"],
+    );
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&out), stderr(&out)));
+    let c = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "oldest_pending")
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        (
+            c["status"].as_str().unwrap().to_owned(),
+            c["message"].as_str().unwrap().to_owned(),
+        ),
+    )
 }

@@ -2,7 +2,8 @@
 //! relays run: answering normally, slowly (after the request was processed: the consumer took it
 //! but the relay's timeout fired first), resetting connections (closed with the request unread:
 //! the kernel answers with a TCP RST; nothing processed), or processing the body and closing
-//! before the response. A poison event (`"poison": true` in the payload) is answered 400.
+//! before the response, or refusing every request with one status (429: rate limited). A poison
+//! event (`"poison": true` in the payload) is answered 400.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -19,6 +20,8 @@ pub enum Behaviour {
     Reset,
     /// Reads and processes the body, then closes without an answer.
     CloseAfterBody,
+    /// Reads the body and answers this status without processing it (e.g. 429: rate limited).
+    Refuse(u16),
 }
 
 pub struct Consumer {
@@ -125,6 +128,14 @@ fn serve(
             .unwrap_or(false);
         if poison {
             writer.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 6\r\n\r\npoison")?;
+            continue;
+        }
+        if let Behaviour::Refuse(status) = b {
+            write!(
+                writer,
+                "HTTP/1.1 {status} Refused\r\nRetry-After: 1\r\nContent-Length: 7\r\n\r\nrefused"
+            )?;
+            writer.flush()?;
             continue;
         }
         processed.lock().unwrap().push(body);

@@ -17,7 +17,7 @@
 
 mod http;
 mod scenarios;
-mod servers;
+pub(crate) mod servers;
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Child, Command, Stdio};
@@ -29,12 +29,18 @@ use serde_json::{json, Value};
 
 use crate::common::{capture, TestDb};
 
-/// Events per scenario: `OUTBOXCTL_FAULTS_EVENTS`, default 3000 (the short form CI runs).
+/// Events per scenario: `OUTBOXCTL_FAULTS_EVENTS`, default 3000 (the short form CI runs). A value
+/// that is not a positive number fails the scenario instead of silently running another load.
 pub fn events() -> usize {
-    std::env::var("OUTBOXCTL_FAULTS_EVENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000)
+    match std::env::var("OUTBOXCTL_FAULTS_EVENTS") {
+        Err(_) => 3000,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!(
+                "OUTBOXCTL_FAULTS_EVENTS={v:?}: give a positive number of events per scenario"
+            ),
+        },
+    }
 }
 
 /// How the load is made.

@@ -70,11 +70,17 @@ impl ChildServer {
     /// Our own nats-server with JetStream (stored in the server's directory, so it survives a
     /// restart), `max_payload` 8 KiB so that a larger event is poison.
     pub fn nats(port: u16) -> Self {
+        Self::nats_with(port, "max_payload: 8KB\n")
+    }
+
+    /// Our own nats-server with JetStream and `extra` lines in its configuration (e.g. an
+    /// `authorization` block).
+    pub fn nats_with(port: u16, extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("nats.conf"),
             format!(
-                "listen: 127.0.0.1:{port}\nmax_payload: 8KB\njetstream {{ store_dir: \"{}\" }}\n",
+                "listen: 127.0.0.1:{port}\n{extra}jetstream {{ store_dir: \"{}\" }}\n",
                 dir.path().join("js").display()
             ),
         )
@@ -118,6 +124,18 @@ impl ChildServer {
             .to_vec(),
             port,
         )
+    }
+
+    /// Our own redis-server, keeping nothing on disk, with `extra` arguments (e.g.
+    /// `--requirepass`, `--maxmemory`).
+    pub fn redis_with(port: u16, extra: &[&str]) -> Self {
+        let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        args.extend(["--save", "", "--appendonly", "no", "--dir", "{dir}"].map(str::to_owned));
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Self::start("redis-server", "redis-server", args, port)
     }
 
     pub fn pid(&self) -> u32 {
@@ -172,19 +190,17 @@ pub struct RabbitNode {
     dir: tempfile::TempDir,
 }
 
-/// `faults@localhost`, or `faults<offset>@localhost` under `OUTBOXCTL_TEST_PORT_OFFSET`.
-fn rabbit_node() -> String {
-    match crate::common::port_offset() {
-        0 => "faults@localhost".to_owned(),
-        o => format!("faults{o}@localhost"),
-    }
+/// The node listening on `port`: `faults<port>@localhost` (the port is shifted by
+/// `OUTBOXCTL_TEST_PORT_OFFSET`, so two checkouts, or two scenarios, never share a node).
+fn rabbit_node(port: u16) -> String {
+    format!("faults{port}@localhost")
 }
 
 impl RabbitNode {
     pub fn start(port: u16, dist_port: u16) -> Self {
         // A node left running by an aborted run of this suite (ours by name).
         let _ = Command::new("rabbitmqctl")
-            .args(["-n", &rabbit_node(), "stop"])
+            .args(["-n", &rabbit_node(port), "stop"])
             .output();
         let dir = tempfile::tempdir().unwrap();
         use std::os::unix::fs::PermissionsExt;
@@ -212,7 +228,7 @@ impl RabbitNode {
     pub fn start_again(&self) {
         let ok = Command::new("rabbitmq-server")
             .arg("-detached")
-            .env("RABBITMQ_NODENAME", rabbit_node())
+            .env("RABBITMQ_NODENAME", rabbit_node(self.port))
             .env("RABBITMQ_NODE_PORT", self.port.to_string())
             .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
             .env("RABBITMQ_MNESIA_BASE", self.path("mnesia"))
@@ -244,7 +260,7 @@ impl RabbitNode {
 
     pub fn stop(&self) {
         let _ = Command::new("rabbitmqctl")
-            .args(["-n", &rabbit_node(), "stop"])
+            .args(["-n", &rabbit_node(self.port), "stop"])
             .output();
         wait_port_closed(self.port, Duration::from_secs(60), "rabbitmq-server");
     }
@@ -260,6 +276,20 @@ impl RabbitNode {
     pub fn url(&self) -> String {
         format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
     }
+
+    /// Runs `rabbitmqctl ARGS` against this node; panics unless it succeeds.
+    pub fn ctl(&self, args: &[&str]) {
+        let out = Command::new("rabbitmqctl")
+            .args(["-n", &rabbit_node(self.port)])
+            .args(args)
+            .output()
+            .expect("rabbitmqctl");
+        assert!(
+            out.status.success(),
+            "rabbitmqctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 impl Drop for RabbitNode {
@@ -268,7 +298,7 @@ impl Drop for RabbitNode {
             kill(pid.trim().parse().unwrap_or(0), "CONT");
         }
         let _ = Command::new("rabbitmqctl")
-            .args(["-n", &rabbit_node(), "stop"])
+            .args(["-n", &rabbit_node(self.port), "stop"])
             .output();
     }
 }
@@ -288,11 +318,12 @@ impl PgBouncer {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let d = dir.path().display();
+        let (host, pg_port) = crate::common::db_host_port();
         std::fs::write(dir.path().join("users.txt"), "\"postgres\" \"\"\n").unwrap();
         std::fs::write(
             dir.path().join("pgbouncer.ini"),
             format!(
-                "[databases]\n{db} = host=127.0.0.1 port=5432 dbname={target_db}\n\
+                "[databases]\n{db} = host={host} port={pg_port} dbname={target_db}\n\
                  [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nauth_type = trust\n\
                  auth_file = {d}/users.txt\npool_mode = {pool_mode}\nunix_socket_dir =\n\
                  logfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n\
