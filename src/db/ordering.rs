@@ -275,7 +275,9 @@ pub enum Skipped {
 /// Skips the head `id` of its key, with an audit row (action `skip`), in one statement: a
 /// dead-lettered head that blocks its key stops blocking it; a pending head that is not leased
 /// is dead-lettered (`last_error` says so) without blocking. Either way the rest of the key flows.
-/// `None` when `id` is neither (published, leased, unknown, or a dead letter that blocks nothing).
+/// The claim token is cleared, as `events edit` does: a relay whose lease on the head ran out
+/// (paused, say) and that settles late, or retries its settle after a lost connection, must not
+/// count the skipped head as published ([`crate::db::relay::still_claimed`]). `None` when `id` is neither (published, leased, unknown, or a dead letter that blocks nothing).
 pub async fn skip(
     conn: &mut PgConnection,
     id: i64,
@@ -294,6 +296,7 @@ pub async fn skip(
                 SET blocks_key = false,
                     dead_lettered_at = coalesce(o.dead_lettered_at, now()),
                     locked_until = NULL,
+                    claim_token = NULL,
                     last_error = CASE WHEN o.dead_lettered_at IS NULL
                                       THEN 'skipped by ' || $2 || coalesce(': ' || $3, '')
                                       ELSE o.last_error END
@@ -494,6 +497,13 @@ fn chunk_source(all: bool, chunk: &str) -> String {
 ///   second...) up to `$1` rows and `$10` bytes (the first row whatever its size), so a batch
 ///   spreads over as many keys as it can, and what the budget leaves out of a key is the end of
 ///   its run, never a row in the middle.
+/// - `upd`, `moved`: the taken rows updated by TID (`upd`), and by id those `upd` passed by
+///   (`moved`, nearly always none). A row an operator changed (`events edit`, `reschedule`) after
+///   this statement's snapshot was taken and before `rows` locked it was locked and re-checked on
+///   its newest version, whose TID the statement's snapshot cannot see; an UPDATE by that TID
+///   matches nothing, and the key's run would go out without it, its successors before it (issue
+///   31). Reached by id, the row's old version is found and PostgreSQL follows its update chain to
+///   the version this claim already holds locked. (A head changed before `lock` is the same case.)
 ///
 /// The statement returns the claimed rows plus one trailer row (`trailer`) with the cursor and
 /// whether more may be claimable; the trailer's event columns are placeholders. The walk was at
@@ -514,6 +524,9 @@ fn claim_sql(set: &str, all: bool) -> String {
     };
     let row_size = format!("{} + {}", size("payload"), size("headers"));
     let first_firsts = CHUNK_FIRST / CHUNK_MIN;
+    let returning = "o.id, o.tenant_id, o.aggregate_type, o.aggregate_id, o.event_type,
+                      o.payload::text AS payload, o.headers::text AS headers, o.idempotency_key,
+                      o.created_at, o.attempt_count";
     const CUT_FACTOR: i64 = 4;
     format!(
         "WITH RECURSIVE walk AS (
@@ -600,11 +613,11 @@ fn claim_sql(set: &str, all: bool) -> String {
             ) r
              WHERE NOT h.single
         ), budget AS MATERIALIZED (
-            SELECT ctid, row_number() OVER w AS rn, sum(size) OVER w AS run
+            SELECT ctid, id, row_number() OVER w AS rn, sum(size) OVER w AS run
               FROM rows WHERE ok
             WINDOW w AS (ORDER BY k, head ROWS UNBOUNDED PRECEDING)
         ), taken AS MATERIALIZED (
-            SELECT ctid FROM budget WHERE rn <= $1 AND (rn = 1 OR run <= $10)
+            SELECT ctid, id FROM budget WHERE rn <= $1 AND (rn = 1 OR run <= $10)
         ), last AS (
             SELECT aggregate_type, tenant_id, aggregate_id,
                    n = 0 OR short OR (walked < $8 AND (acc < $1 OR keys < $9)) AS at_end
@@ -613,13 +626,19 @@ fn claim_sql(set: &str, all: bool) -> String {
             UPDATE outbox o
                SET {set}
              WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM taken))
-            RETURNING o.id, o.tenant_id, o.aggregate_type, o.aggregate_id, o.event_type,
-                      o.payload::text AS payload, o.headers::text AS headers, o.idempotency_key,
-                      o.created_at, o.attempt_count
+            RETURNING {returning}
+        ), moved AS (
+            UPDATE outbox o
+               SET {set}
+             WHERE o.id = ANY(ARRAY(SELECT id FROM taken
+                                     WHERE id <> ALL(ARRAY(SELECT id FROM upd))))
+            RETURNING {returning}
         )
         SELECT *, false AS trailer, NULL::text AS c_type, NULL::uuid AS c_tenant,
                NULL::text AS c_agg, false AS more
           FROM upd
+        UNION ALL
+        SELECT *, false, NULL, NULL, NULL, false FROM moved
         UNION ALL
         SELECT 0, '00000000-0000-0000-0000-000000000000', '', '', '', '{{}}', '{{}}', '', now(), 0,
                true,

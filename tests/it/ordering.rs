@@ -1167,8 +1167,224 @@ async fn the_ordered_claim_locks_and_updates_by_tid_whatever_the_statistics_say(
                 &sql,
                 &args,
                 ("Update", "outbox"),
+                &["moved"],
             )
             .await;
         }
     }
+}
+
+/// What an operator does to B, the middle of k1's run A < B < C, while a relay's ordered claim
+/// holds A and waits for B's row lock.
+#[derive(Debug, Clone, Copy)]
+enum Meddle {
+    Edit,
+    ReschedulePast,
+    RescheduleLater,
+    Cancel,
+}
+
+/// Issue 31 item 1: an operator's change to B commits while an ordered claim walks k1 (the
+/// claim's snapshot saw B's old row version, its row lock then meets the new one). The claim
+/// must take B with A and C, or end the run before B; never A and C without B. Deterministic:
+/// the operator's statement (the command's own SQL, from `outboxctl::db::events`) is held open
+/// in a transaction until the relay's backend is seen waiting on it, then committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_change_during_the_ordered_claim_never_publishes_c_before_b() {
+    use outboxctl::db::audit::Audit;
+    use outboxctl::db::events::{self, EditSpec};
+    for mode in ["tx", "lease"] {
+        for meddle in [
+            Meddle::Edit,
+            Meddle::ReschedulePast,
+            Meddle::RescheduleLater,
+            Meddle::Cancel,
+        ] {
+            let what = format!("{meddle:?} in {mode} mode");
+            let db = TestDb::new().await;
+            run(&db, &["ordering", "enable"], 0);
+            let a = insert(&db, "order", "k1", 1, false).await;
+            let b = insert(&db, "order", "k1", 2, false).await;
+            let c = insert(&db, "order", "k1", 3, false).await;
+            // Another key, so the walk has more than k1.
+            insert(&db, "order", "k2", 1, false).await;
+
+            let mut op = db.pool.begin().await.unwrap();
+            let op_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut *op)
+                .await
+                .unwrap();
+            let audit = Audit {
+                actor: "test".into(),
+                reason: None,
+            };
+            let changed = match meddle {
+                Meddle::Edit => {
+                    let spec = EditSpec {
+                        payload: Some(r#"{"n":2,"edited":true}"#.into()),
+                        ..EditSpec::default()
+                    };
+                    events::edit(&mut op, &[b], &spec, &audit).await.unwrap()
+                }
+                Meddle::ReschedulePast | Meddle::RescheduleLater => {
+                    let delay = if matches!(meddle, Meddle::ReschedulePast) {
+                        -60_000_000
+                    } else {
+                        3_600_000_000
+                    };
+                    events::reschedule(&mut op, &[b], None, delay, None, &audit)
+                        .await
+                        .unwrap()
+                        .into_iter()
+                        .map(|(id, _)| id)
+                        .collect()
+                }
+                Meddle::Cancel => events::delete_unpublished(&mut op, &[b], true, None, &audit)
+                    .await
+                    .unwrap(),
+            };
+            assert_eq!(changed, vec![b], "{what}: the operator's statement took B");
+
+            let file = tempfile::NamedTempFile::new().unwrap();
+            let relay = db
+                .cmd()
+                .args(["relay", "--once", "--mode", mode, "--sink"])
+                .arg(format!("file:{}", file.path().display()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn relay");
+            let mut relays = Relays(vec![relay]);
+            // The claim holds A and waits for B, which the open change has locked.
+            let probe = db.pool.clone();
+            wait_until(
+                Duration::from_secs(20),
+                "the relay's claim to wait on the operator's row lock",
+                || {
+                    let probe = probe.clone();
+                    async move {
+                        sqlx::query_scalar::<_, i64>(
+                            "SELECT count(*) FROM pg_stat_activity \
+                              WHERE $1 = ANY(pg_blocking_pids(pid))",
+                        )
+                        .bind(op_pid)
+                        .fetch_one(&probe)
+                        .await
+                        .unwrap()
+                            > 0
+                    }
+                },
+            )
+            .await;
+            op.commit().await.unwrap();
+            let out = relays.0.pop().unwrap().wait_with_output().unwrap();
+            assert!(out.status.success(), "{what}: {}", stderr(&out));
+
+            let k1: Vec<(i64, Value)> = file_bodies(file.path())
+                .into_iter()
+                .filter(|v| v["aggregate_id"] == "k1")
+                .map(|v| (v["id"].as_i64().unwrap(), v["payload"].clone()))
+                .collect();
+            let ids: Vec<i64> = k1.iter().map(|(id, _)| *id).collect();
+            let pending: Vec<i64> = sqlx::query_scalar(
+                "SELECT id FROM outbox WHERE aggregate_id = 'k1' AND published_at IS NULL \
+                 ORDER BY id",
+            )
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+            match meddle {
+                Meddle::Edit | Meddle::ReschedulePast => {
+                    assert_eq!(ids, vec![a, b, c], "{what}: the whole run, in order");
+                    assert!(pending.is_empty(), "{what}: left pending {pending:?}");
+                    if matches!(meddle, Meddle::Edit) {
+                        assert_eq!(k1[1].1["edited"], true, "{what}: B as edited: {k1:?}");
+                    }
+                }
+                Meddle::RescheduleLater => {
+                    assert_eq!(ids, vec![a], "{what}: the run ends before B");
+                    assert_eq!(pending, vec![b, c], "{what}");
+                }
+                Meddle::Cancel => {
+                    assert_eq!(ids, vec![a, c], "{what}: B is gone");
+                    assert!(pending.is_empty(), "{what}: left pending {pending:?}");
+                }
+            }
+        }
+    }
+}
+
+/// Issue 31 item 4: `ordering skip` of a head whose relay's lease ran out (the relay paused
+/// mid-publish) dead-letters it for the operator; that relay's late settle, and the retry of a
+/// settle after a lost connection (which counts rows still carrying its token as settled), must
+/// not count the skipped head as published. Skip clears the claim token, as edit does.
+#[tokio::test]
+async fn a_head_skipped_after_its_lease_ran_out_is_not_settled_by_the_old_claim() {
+    use outboxctl::db::ordering::{claim, Cursor, OrderedMode};
+    use outboxctl::db::relay::{settle_published, still_claimed, BatchLimit, Sizing};
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable"], 0);
+    let head = insert(&db, "order", "k1", 1, false).await;
+    let next = insert(&db, "order", "k1", 2, false).await;
+    let token = uuid::Uuid::new_v4();
+    let mut c = db.pool.acquire().await.unwrap();
+    let limit = BatchLimit {
+        rows: 1,
+        bytes: 1 << 20,
+        sizing: Sizing::Running,
+    };
+    // The relay's claim takes the head with a lease that has run out by the time it settles.
+    let got = claim(
+        &mut c,
+        &OrderedMode::Lease {
+            lease_micros: 1,
+            token,
+        },
+        limit,
+        1,
+        1,
+        &everything(),
+        &Cursor::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.rows.iter().map(|r| r.id).collect::<Vec<_>>(), [head]);
+    let out = run(&db, &["ordering", "skip", &head.to_string()], 0);
+    assert!(
+        stdout(&out).contains("without blocking"),
+        "{}",
+        stdout(&out)
+    );
+
+    assert_eq!(
+        settle_published(&mut c, &[head], token).await.unwrap(),
+        Vec::<i64>::new(),
+        "the late settle marks nothing"
+    );
+    assert_eq!(
+        still_claimed(&mut c, &[head], token).await.unwrap(),
+        Vec::<i64>::new(),
+        "a settle retry would count the skipped head as published"
+    );
+    let (dead, blocks): (bool, Option<bool>) = sqlx::query_as(&format!(
+        "SELECT dead_lettered_at IS NOT NULL, blocks_key FROM outbox WHERE id = {head}"
+    ))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((dead, blocks), (true, Some(false)), "dead, not blocking");
+    // The rest of the key flows.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.jsonl");
+    run(
+        &db,
+        &[
+            "relay",
+            "--once",
+            "--sink",
+            &format!("file:{}", file.display()),
+        ],
+        0,
+    );
+    assert_eq!(crate::common::ids_in_file(&file), vec![next]);
 }

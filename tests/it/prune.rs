@@ -706,6 +706,7 @@ async fn every_batch_statement_deletes_by_tid_whatever_the_statistics_say() {
                 sql,
                 BATCH_ARGS,
                 ("Delete", relation),
+                &[],
             )
             .await;
         }
@@ -758,6 +759,7 @@ async fn a_prune_after_a_drain_under_stale_statistics_deletes_every_batch_by_tid
             outboxctl::db::prune::DELETE_PUBLISHED,
             &args,
             ("Delete", "outbox"),
+            &[],
         )
         .await;
         let b = outboxctl::db::prune::delete_published(&mut c, cutoff, from, 1000, &mut audit)

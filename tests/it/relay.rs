@@ -927,6 +927,7 @@ async fn claims_update_by_tid_whatever_the_statistics_say() {
                     &sql,
                     args,
                     ("Update", "outbox"),
+                    &[],
                 )
                 .await;
             }
