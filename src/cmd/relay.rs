@@ -112,6 +112,7 @@ pub async fn build(
         },
         ordering: Default::default(),
         sizing: Default::default(),
+        start: crate::relay::cursor::ClaimStart::new(args.once),
     };
     Ok((relay, cfg))
 }

@@ -21,7 +21,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::audit::Audit;
-use super::relay::{BatchLimit, Claim, ClaimedRow};
+use super::relay::{BatchLimit, ClaimedRow};
 
 /// What a dead-lettered head does to its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -818,25 +818,11 @@ async fn claim_on(
 /// The unordered claims' rows exclude the ordered types (the relay does not run them at all when
 /// every type is ordered). The list is read by the statement itself (two one-time InitPlans,
 /// not a per-row lookup), so a type switched on is never claimed unordered by a claim that
-/// starts after the switch committed; `*` excludes every type.
-const NOT_ORDERED: &str =
+/// starts after the switch committed; `*` excludes every type. The relay's unordered claim
+/// (`db::relay::claim_lease_filtered`, `claim_tx_filtered`) takes it as its filter.
+pub const NOT_ORDERED: &str =
     "aggregate_type <> ALL (ARRAY(SELECT aggregate_type FROM outbox_ordering))
             AND NOT EXISTS (SELECT FROM outbox_ordering WHERE aggregate_type = '*') AND ";
-
-/// Lease mode's unordered claim beside ordered types: today's claim with [`NOT_ORDERED`].
-pub async fn claim_unordered_lease(
-    conn: &mut PgConnection,
-    limit: BatchLimit,
-    lease: std::time::Duration,
-    token: Uuid,
-) -> sqlx::Result<Claim> {
-    super::relay::claim_lease_filtered(conn, limit, lease, token, NOT_ORDERED).await
-}
-
-/// Transaction mode's unordered claim beside ordered types.
-pub async fn claim_unordered_tx(conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {
-    super::relay::claim_tx_filtered(conn, limit, NOT_ORDERED).await
-}
 
 #[cfg(test)]
 mod tests {

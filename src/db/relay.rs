@@ -24,15 +24,24 @@ const RETURNING: &str =
 /// Also returns `payload` and `headers` (as stored: a TOAST pointer costs nothing to pass on) for
 /// [`within_budget`] to size. At most `rows` rows (written into the statement: see [`claim_sql`]).
 /// `filter` is empty, or one more condition ending in `AND ` (see [`ready_filtered`]).
-fn ready(rows: i64, filter: &str) -> String {
+///
+/// `after` names the two parameters of the claim's start ([`Position`]): the scan of
+/// `outbox_ready_idx` begins just after that position (an index condition, so the entries
+/// before it, among them those of rows published since the xmin horizon, are never read), or at
+/// the start when both are NULL.
+fn ready(rows: i64, filter: &str, after: (u8, u8)) -> String {
+    let (at, id) = after;
     format!(
         "SELECT ctid, payload, headers FROM outbox
           WHERE {filter}published_at IS NULL AND dead_lettered_at IS NULL
+            AND (available_at, id) > (coalesce(${at}::timestamptz, '-infinity'),
+                                      coalesce(${id}::bigint, {}))
             AND available_at <= now()
             AND (locked_until IS NULL OR locked_until < now())
           ORDER BY available_at, id
           LIMIT {rows}
-          FOR UPDATE SKIP LOCKED"
+          FOR UPDATE SKIP LOCKED",
+        i64::MIN
     )
 }
 
@@ -65,7 +74,7 @@ fn jsonb_size(col: &str) -> String {
 /// filter locks and sizes all 500 (in tx mode the locks would be held through the publish). The
 /// windows have no ORDER BY: the rows arrive in claim order, and an ORDER BY would add a Sort
 /// that pulls every row first (LockRows hands on no sort order).
-fn within_budget(limit: BatchLimit, filter: &str) -> String {
+fn within_budget(limit: BatchLimit, filter: &str, after: (u8, u8)) -> String {
     format!(
         "SELECT ctid, over_budget FROM (
             SELECT ctid, count(*) FILTER (WHERE run > {} AND n > 1)
@@ -79,7 +88,7 @@ fn within_budget(limit: BatchLimit, filter: &str) -> String {
         limit.bytes,
         jsonb_size("payload"),
         jsonb_size("headers"),
-        ready(limit.rows, filter),
+        ready(limit.rows, filter, after),
     )
 }
 
@@ -123,22 +132,33 @@ pub struct Claim {
     /// the share, a [`Sizing::Running`] claim took large rows in its place): the next claim
     /// should be [`Sizing::Running`].
     pub left_large: bool,
+    /// The last of the claimed rows in claim order: where a claim after it may start.
+    pub last: Option<Position>,
 }
 
 #[derive(sqlx::FromRow)]
 struct ClaimedWithBudget {
     #[sqlx(flatten)]
     row: ClaimedRow,
+    position_at: chrono::DateTime<chrono::Utc>,
     budget_reached: bool,
 }
 
 impl Claim {
     fn from_rows(rows: Vec<ClaimedWithBudget>, sizing: Sizing) -> Self {
         let budget_reached = rows.first().is_some_and(|r| r.budget_reached);
+        let last = rows
+            .iter()
+            .map(|r| Position {
+                available_at: r.position_at,
+                id: r.row.id,
+            })
+            .max();
         Self {
             rows: rows.into_iter().map(|r| r.row).collect(),
             budget_reached,
             left_large: sizing == Sizing::Share && budget_reached,
+            last,
         }
     }
 
@@ -161,7 +181,7 @@ impl Claim {
 /// any budget costs 82.6 M instructions; [`within_budget`]'s two window levels 91.6 M (+11 %);
 /// this array 83.5 M, the flag included (+1 %). A MATERIALIZED CTE with `EXISTS` for the flag
 /// cost 85.5 M, `array_agg ... FILTER` with `bool_or` 84.2 M.
-fn within_share(limit: BatchLimit, filter: &str) -> String {
+fn within_share(limit: BatchLimit, filter: &str, after: (u8, u8)) -> String {
     format!(
         "SELECT ARRAY(SELECT CASE WHEN pg_column_compression(payload) IS NULL
                                   AND pg_column_compression(headers) IS NULL
@@ -169,7 +189,7 @@ fn within_share(limit: BatchLimit, filter: &str) -> String {
                              THEN ctid ELSE '(0,0)'::tid END
                         FROM ({}) r) AS a",
         limit.share(),
-        ready(limit.rows, filter),
+        ready(limit.rows, filter, after),
     )
 }
 
@@ -189,25 +209,26 @@ fn within_share(limit: BatchLimit, filter: &str) -> String {
 /// (every vacuum or analyze), so a plan made on an empty table does not outlive the first
 /// autovacuum.
 /// `filter` is empty, or the condition [`ready_filtered`] adds beside ordered types.
-fn claim_sql(set: &str, limit: BatchLimit, filter: &str) -> String {
+/// `after`: the parameters of the claim's start (see [`ready`]).
+fn claim_sql(set: &str, limit: BatchLimit, filter: &str, after: (u8, u8)) -> String {
     match limit.sizing {
         Sizing::Running => format!(
             "WITH sized AS MATERIALIZED ({})
              UPDATE outbox o
                 SET {set}
               WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM sized WHERE over_budget = 0))
-              {RETURNING},
+              {RETURNING}, o.available_at AS position_at,
               EXISTS (SELECT FROM sized WHERE over_budget > 0) AS budget_reached",
-            within_budget(limit, filter)
+            within_budget(limit, filter, after)
         ),
         Sizing::Share => format!(
             "WITH t AS ({})
              UPDATE outbox o
                 SET {set}
               WHERE o.ctid = ANY((SELECT a FROM t)::tid[])
-              {RETURNING},
+              {RETURNING}, o.available_at AS position_at,
               (SELECT '(0,0)'::tid = ANY(a) FROM t) AS budget_reached",
-            within_share(limit, filter)
+            within_share(limit, filter, after)
         ),
     }
 }
@@ -215,10 +236,11 @@ fn claim_sql(set: &str, limit: BatchLimit, filter: &str) -> String {
 /// [`ready`] of at most `rows` rows with one more condition (`filter`, ending in `AND `) before
 /// its own: how the ordered types are kept out of the unordered claim (`db::ordering`).
 pub fn ready_filtered(rows: i64, filter: &str) -> String {
-    ready(rows, filter)
+    ready(rows, filter, (1, 2))
 }
 
-/// The lease claim within `limit`: `$1` lease in microseconds, `$2` claim token.
+/// The lease claim within `limit`: `$1` lease in microseconds, `$2` claim token, `$3`, `$4` the
+/// start ([`Position`]; NULLs for the start of the ready rows).
 pub fn claim_lease_sql(limit: BatchLimit) -> String {
     claim_lease_sql_from(limit, "")
 }
@@ -230,10 +252,12 @@ fn claim_lease_sql_from(limit: BatchLimit, filter: &str) -> String {
                 claim_token = $2",
         limit,
         filter,
+        (3, 4),
     )
 }
 
-/// The in-transaction claim within `limit` (no parameters).
+/// The in-transaction claim within `limit`: `$1`, `$2` the start ([`Position`]; NULLs for the
+/// start of the ready rows).
 pub fn claim_tx_sql(limit: BatchLimit) -> String {
     claim_tx_sql_from(limit, "")
 }
@@ -246,7 +270,19 @@ fn claim_tx_sql_from(limit: BatchLimit, filter: &str) -> String {
                 last_error = NULL",
         limit,
         filter,
+        (1, 2),
     )
+}
+
+/// A place in the claim order `(available_at, id)`: where a claim starts (just after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    pub available_at: chrono::DateTime<chrono::Utc>,
+    pub id: i64,
+}
+
+fn start_binds(after: Option<Position>) -> (Option<chrono::DateTime<chrono::Utc>>, Option<i64>) {
+    (after.map(|p| p.available_at), after.map(|p| p.id))
 }
 
 fn micros(d: Duration) -> i64 {
@@ -261,22 +297,24 @@ pub async fn claim_lease(
     lease: Duration,
     token: Uuid,
 ) -> sqlx::Result<Claim> {
-    claim_lease_filtered(conn, limit, lease, token, "").await
+    claim_lease_filtered(conn, limit, lease, token, "", None).await
 }
 
-/// [`claim_lease`] over [`ready_filtered`]: the unordered claim beside ordered types.
+/// [`claim_lease`] starting just after `after` (at the start of the ready rows when `None`),
+/// over [`ready_filtered`] when `filter` is not empty (the unordered claim beside ordered types).
 pub async fn claim_lease_filtered(
     conn: &mut PgConnection,
     limit: BatchLimit,
     lease: Duration,
     token: Uuid,
     filter: &str,
+    after: Option<Position>,
 ) -> sqlx::Result<Claim> {
-    let first = claim_lease_once(conn, limit, lease, token, filter).await?;
+    let first = claim_lease_once(conn, limit, lease, token, filter, after).await?;
     let Some(running) = running_after(limit, &first) else {
         return Ok(first);
     };
-    let claim = claim_lease_once(conn, running, lease, token, filter).await?;
+    let claim = claim_lease_once(conn, running, lease, token, filter, after).await?;
     Ok(claim.after_empty_share())
 }
 
@@ -286,10 +324,14 @@ async fn claim_lease_once(
     lease: Duration,
     token: Uuid,
     filter: &str,
+    after: Option<Position>,
 ) -> sqlx::Result<Claim> {
+    let (at, id) = start_binds(after);
     sqlx::query_as(&claim_lease_sql_from(limit, filter))
         .bind(micros(lease))
         .bind(token)
+        .bind(at)
+        .bind(id)
         .persistent(true)
         .fetch_all(conn)
         .await
@@ -300,20 +342,22 @@ async fn claim_lease_once(
 /// open transaction. The caller publishes, reverts failures with [`revert_tx`], then commits; if
 /// it dies instead, the transaction rolls back and the rows are claimable again.
 pub async fn claim_tx(conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {
-    claim_tx_filtered(conn, limit, "").await
+    claim_tx_filtered(conn, limit, "", None).await
 }
 
-/// [`claim_tx`] over [`ready_filtered`]: the unordered claim beside ordered types.
+/// [`claim_tx`] starting just after `after` (at the start of the ready rows when `None`), over
+/// [`ready_filtered`] when `filter` is not empty (the unordered claim beside ordered types).
 pub async fn claim_tx_filtered(
     conn: &mut PgConnection,
     limit: BatchLimit,
     filter: &str,
+    after: Option<Position>,
 ) -> sqlx::Result<Claim> {
-    let first = claim_tx_once(conn, limit, filter).await?;
+    let first = claim_tx_once(conn, limit, filter, after).await?;
     let Some(running) = running_after(limit, &first) else {
         return Ok(first);
     };
-    let claim = claim_tx_once(conn, running, filter).await?;
+    let claim = claim_tx_once(conn, running, filter, after).await?;
     Ok(claim.after_empty_share())
 }
 
@@ -321,8 +365,12 @@ async fn claim_tx_once(
     conn: &mut PgConnection,
     limit: BatchLimit,
     filter: &str,
+    after: Option<Position>,
 ) -> sqlx::Result<Claim> {
+    let (at, id) = start_binds(after);
     sqlx::query_as(&claim_tx_sql_from(limit, filter))
+        .bind(at)
+        .bind(id)
         .persistent(true)
         .fetch_all(conn)
         .await

@@ -29,6 +29,7 @@ pub const DEFERRED: &str = "outboxctl_events_deferred_total";
 pub const SINK_FAILURES: &str = "outboxctl_sink_failures_total";
 pub const PUBLISH_DURATION: &str = "outboxctl_publish_duration_seconds";
 pub const BATCH_DURATION: &str = "outboxctl_batch_duration_seconds";
+pub const CLAIM_FROM_START_DURATION: &str = "outboxctl_claim_from_start_duration_seconds";
 pub const CIRCUIT_OPEN: &str = "outboxctl_sink_circuit_open";
 pub const CIRCUIT_OPENED: &str = "outboxctl_sink_circuit_opened_total";
 pub const STEP_FAILURES: &str = "outboxctl_step_failures_total";
@@ -60,6 +61,7 @@ pub const ALL: &[(&str, Kind, &str)] = &[
     (SINK_FAILURES, Kind::Counter, "Publishes the sink failed (retried or dead-lettered)."),
     (PUBLISH_DURATION, Kind::Histogram, "Time the sink took to publish one batch."),
     (BATCH_DURATION, Kind::Histogram, "Time of one relay step with at least one event: claim, publish, settle."),
+    (CLAIM_FROM_START_DURATION, Kind::Histogram, "Time of the claims that start at the beginning of the ready rows instead of after the previous claim (at least once a second): it grows with the dead rows a long-running snapshot keeps from vacuum, which such a claim walks (docs/operations.md)."),
     (CIRCUIT_OPEN, Kind::Gauge, "1 while the sink is in an outage (claims paused, probing), else 0."),
     (CIRCUIT_OPENED, Kind::Counter, "Sink outages begun (the circuit opened)."),
     (STEP_FAILURES, Kind::Counter, "Relay steps that failed on the database (backed off and retried)."),
@@ -122,6 +124,12 @@ pub fn install(sink: &'static str, mode: Mode) -> Result<PrometheusHandle, Strin
         .add_global_label("mode", mode.to_string())
         .set_buckets_for_metric(Matcher::Full(PUBLISH_DURATION.into()), PUBLISH_BUCKETS)
         .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BATCH_DURATION.into()), BATCH_BUCKETS))
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(CLAIM_FROM_START_DURATION.into()),
+                BATCH_BUCKETS,
+            )
+        })
         .map_err(|e| e.to_string())?
         .install_recorder()
         .map_err(|e| e.to_string())?;

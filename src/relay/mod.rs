@@ -12,6 +12,7 @@
 //! The loops may keep several steps in flight at once ([`pipeline`], `--pipeline-depth`): the next
 //! batch is claimed while the previous one publishes.
 
+pub mod cursor;
 pub mod daemon;
 pub mod endpoints;
 pub mod events;

@@ -88,6 +88,8 @@ pub struct Relay {
     pub ordering: OrderingState,
     /// How the next unordered claim keeps within `--batch-bytes`.
     pub sizing: NextSizing,
+    /// Where the next unordered claim starts ([`crate::relay::cursor`]).
+    pub start: crate::relay::cursor::ClaimStart,
 }
 
 /// Which [`sql::Sizing`] the next claim uses: [`sql::Sizing::Share`] (the cheap one) unless the
@@ -550,30 +552,35 @@ impl Relay {
     ) -> sqlx::Result<Claimed> {
         let (ordering, event) = self.ordering.current(conn).await?;
         let limit = self.limit(limit);
-        if !ordering.is_active() {
-            let claim = match mode {
+        let filter = if ordering.is_active() {
+            ordered_sql::NOT_ORDERED
+        } else {
+            ""
+        };
+        let mut unordered = sql::Claim::default();
+        let mut again = false;
+        if !ordering.all {
+            let from = self.start.next();
+            let started = tokio::time::Instant::now();
+            unordered = match &mode {
                 ClaimMode::Lease { token } => {
-                    sql::claim_lease(conn, limit, self.cfg.lease, token).await?
+                    sql::claim_lease_filtered(conn, limit, self.cfg.lease, *token, filter, from)
+                        .await?
                 }
-                ClaimMode::Tx => sql::claim_tx(conn, limit).await?,
+                ClaimMode::Tx => sql::claim_tx_filtered(conn, limit, filter, from).await?,
             };
-            self.sizing.after(limit, &claim);
+            self.sizing.after(limit, &unordered);
+            let full = unordered.budget_reached
+                || i64::try_from(unordered.rows.len()).unwrap_or(i64::MAX) >= limit.rows;
+            again = self.start.after(from, started.elapsed(), &unordered, full);
+        }
+        if !ordering.is_active() {
             return Ok(Claimed {
-                ordered_from: claim.rows.len(),
-                rows: claim.rows,
-                budget_reached: claim.budget_reached,
+                ordered_from: unordered.rows.len(),
+                rows: unordered.rows,
+                budget_reached: unordered.budget_reached || again,
                 event,
             });
-        }
-        let mut unordered = match (&mode, ordering.all) {
-            (_, true) => sql::Claim::default(),
-            (ClaimMode::Lease { token }, false) => {
-                ordered_sql::claim_unordered_lease(conn, limit, self.cfg.lease, *token).await?
-            }
-            (ClaimMode::Tx, false) => ordered_sql::claim_unordered_tx(conn, limit).await?,
-        };
-        if !ordering.all {
-            self.sizing.after(limit, &unordered);
         }
         let how = match mode {
             ClaimMode::Lease { token } => ordered_sql::OrderedMode::Lease {
@@ -592,7 +599,7 @@ impl Relay {
         Ok(Claimed {
             rows: unordered.rows,
             ordered_from,
-            budget_reached: unordered.budget_reached || more,
+            budget_reached: unordered.budget_reached || more || again,
             event,
         })
     }
@@ -802,6 +809,7 @@ mod tests {
             rows,
             budget_reached: left_large,
             left_large,
+            last: None,
         }
     }
 

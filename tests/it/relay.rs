@@ -42,6 +42,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
         },
         ordering: Default::default(),
         sizing: Default::default(),
+        start: outboxctl::relay::cursor::ClaimStart::new(false),
     }
 }
 
@@ -864,17 +865,21 @@ async fn claims_generic_plans_never_scan_the_table() {
     };
     let (share, running) = (limit(sql::Sizing::Share), limit(sql::Sizing::Running));
     for (name, sql, args) in [
-        ("claim_tx", sql::claim_tx_sql(share), ""),
+        ("claim_tx", sql::claim_tx_sql(share), "(NULL, NULL)"),
         (
             "claim_lease",
             sql::claim_lease_sql(share),
-            "(30000000, gen_random_uuid())",
+            "(30000000, gen_random_uuid(), NULL, NULL)",
         ),
-        ("claim_tx_running", sql::claim_tx_sql(running), ""),
+        (
+            "claim_tx_running",
+            sql::claim_tx_sql(running),
+            "(NULL, NULL)",
+        ),
         (
             "claim_lease_running",
             sql::claim_lease_sql(running),
-            "(30000000, gen_random_uuid())",
+            "(30000000, gen_random_uuid(), NULL, NULL)",
         ),
     ] {
         sqlx::raw_sql(&format!("PREPARE {name} AS {sql}"))
@@ -914,11 +919,11 @@ async fn claims_update_by_tid_whatever_the_statistics_say() {
         db.exec(&format!("{before}; ANALYZE outbox; {after}")).await;
         for sizing in [sql::Sizing::Share, sql::Sizing::Running] {
             for (name, sql, args) in [
-                ("claim_tx", sql::claim_tx_sql(limit(sizing)), ""),
+                ("claim_tx", sql::claim_tx_sql(limit(sizing)), "(NULL, NULL)"),
                 (
                     "claim_lease",
                     sql::claim_lease_sql(limit(sizing)),
-                    "(30000000, gen_random_uuid())",
+                    "(30000000, gen_random_uuid(), NULL, NULL)",
                 ),
             ] {
                 crate::common::assert_tid_lookup(
@@ -944,6 +949,12 @@ async fn assert_tid_scan_plan(c: &mut sqlx::PgConnection, name: &str, args: &str
     let plan = plan.join("\n");
     assert!(
         plan.contains("Tid Scan") && plan.contains("outbox_ready_idx"),
+        "{name}: {plan}"
+    );
+    // The claim's start is where the index scan begins, not a filter over what it reads.
+    assert!(
+        plan.lines()
+            .any(|l| l.contains("Index Cond") && l.contains("ROW(available_at, id) >")),
         "{name}: {plan}"
     );
     assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
@@ -991,15 +1002,15 @@ async fn claims_are_planned_once_per_connection() {
     .fetch_all(&mut *c)
     .await
     .unwrap();
-    // tx: no parameters, one plan reused; lease: PostgreSQL's five custom plans, then the
-    // generic one (its parameters are the lease and the token, which the plan does not depend on).
+    // PostgreSQL's five custom plans, then the generic one: the parameters are the claim's start
+    // (and in lease mode the lease and the token), which the plan's shape does not depend on.
     assert_eq!(
         plans,
         vec![
             ("lease".into(), "running".into(), 3, 5),
             ("lease".into(), "share".into(), 3, 5),
-            ("tx".into(), "running".into(), 8, 0),
-            ("tx".into(), "share".into(), 8, 0)
+            ("tx".into(), "running".into(), 3, 5),
+            ("tx".into(), "share".into(), 3, 5)
         ],
         "generic and custom plans per claim statement"
     );
@@ -1027,14 +1038,14 @@ async fn a_claim_planned_on_an_empty_table_keeps_its_tid_scan() {
             .execute(&mut *c)
             .await
             .unwrap();
-        sqlx::raw_sql(&format!("BEGIN; EXECUTE {name}; ROLLBACK"))
+        sqlx::raw_sql(&format!("BEGIN; EXECUTE {name}(NULL, NULL); ROLLBACK"))
             .execute(&mut *c)
             .await
             .unwrap();
     }
     db.seed_ready(5000).await;
     for name in ["share", "running"] {
-        assert_tid_scan_plan(&mut c, name, "").await;
+        assert_tid_scan_plan(&mut c, name, "(NULL, NULL)").await;
     }
 }
 
@@ -1129,4 +1140,66 @@ async fn auto_mode_picks_tx_for_sinks_that_publish_a_batch_within_one_timeout() 
         .arg(format!("obx-auto-{tag}"))
         .query(&mut r)
         .unwrap();
+}
+
+/// Issue 30: a relay's claims start after the last row its previous claim took (so they never
+/// walk the index entries of rows published since the xmin horizon), and go back to the start
+/// from time to time. An event that becomes ready *behind* the cursor (here: a producer's
+/// transaction that began an hour ago commits now, so its `available_at` is an hour old; a
+/// lease that ran out or a reschedule into the past are the same) is not starved: the daemon
+/// claims it within the stated bound, `cursor::RESCAN_MIN` (the last claim from the start was
+/// quick) plus the poll interval.
+#[tokio::test]
+async fn an_event_ready_behind_the_claim_cursor_is_claimed_within_the_bound() {
+    use outboxctl::relay::cursor::RESCAN_MIN;
+    let poll = Duration::from_millis(200);
+    for mode in MODES {
+        let db = TestDb::new().await;
+        db.seed_ready(2_000).await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut child = relay_to_file(&db, mode, &path)
+            .args(["--batch-size", "100", "--poll-interval", "200ms"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until(Duration::from_secs(30), "the backlog drained", || async {
+            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+                .await
+                == 0
+        })
+        .await;
+        let behind: i64 = db
+            .scalar(
+                "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                                     idempotency_key, available_at)
+                 VALUES ('00000000-0000-0000-0000-000000000001', 'a', 'late', 'e', '{}',
+                         'late-commit', now() - interval '1 hour')
+                 RETURNING id",
+            )
+            .await;
+        let inserted = std::time::Instant::now();
+        wait_until(
+            Duration::from_secs(30),
+            "the event behind the cursor published",
+            || async {
+                db.scalar::<bool>(&format!(
+                    "SELECT published_at IS NOT NULL FROM outbox WHERE id = {behind}"
+                ))
+                .await
+            },
+        )
+        .await;
+        let took = inserted.elapsed();
+        // The bound, plus a second for this machine's scheduling.
+        let bound = RESCAN_MIN + poll + Duration::from_secs(1);
+        assert!(
+            took <= bound,
+            "{mode:?}: claimed after {took:?} (bound {bound:?})"
+        );
+        signal(&child, "TERM");
+        assert!(child.wait().unwrap().success(), "{mode:?}");
+        assert!(ids_in_file(&path).contains(&behind), "{mode:?}");
+    }
 }
