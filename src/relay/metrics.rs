@@ -61,7 +61,7 @@ pub const ALL: &[(&str, Kind, &str)] = &[
     (SINK_FAILURES, Kind::Counter, "Publishes the sink failed (retried or dead-lettered)."),
     (PUBLISH_DURATION, Kind::Histogram, "Time the sink took to publish one batch."),
     (BATCH_DURATION, Kind::Histogram, "Time of one relay step with at least one event: claim, publish, settle."),
-    (CLAIM_FROM_START_DURATION, Kind::Histogram, "Time of the claims that start at the beginning of the ready rows instead of after the previous claim (at least once a second): it grows with the dead rows a long-running snapshot keeps from vacuum, which such a claim walks (docs/operations.md)."),
+    (CLAIM_FROM_START_DURATION, Kind::Histogram, "Time of the claims that start at the beginning of the ready rows instead of after the previous claim (once 20 times the last one's duration has passed): it grows with the dead rows a long-running snapshot keeps from vacuum, which such a claim walks (docs/operations.md)."),
     (CIRCUIT_OPEN, Kind::Gauge, "1 while the sink is in an outage (claims paused, probing), else 0."),
     (CIRCUIT_OPENED, Kind::Counter, "Sink outages begun (the circuit opened)."),
     (STEP_FAILURES, Kind::Counter, "Relay steps that failed on the database (backed off and retried)."),

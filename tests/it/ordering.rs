@@ -1396,3 +1396,85 @@ async fn a_head_skipped_after_its_lease_ran_out_is_not_settled_by_the_old_claim(
     );
     assert_eq!(crate::common::ids_in_file(&file), vec![next]);
 }
+
+/// Issue 31: the commands that change dead letters (`requeue`, `dead discard`, `prune
+/// --dead-older-than`), run by the real binary while an ordered claim's transaction (tx mode)
+/// holds its key's run A, C around a dead B (`--on-dead skip`): the claim never locks a dead row,
+/// so each command goes through at once, changes only B, and the claim commits A and C. A
+/// requeued B goes out after them, as the documentation says of a requeued skipped head.
+#[tokio::test]
+async fn dead_letter_commands_beside_an_open_ordered_claim() {
+    use outboxctl::db::ordering::{claim, Cursor, OrderedMode};
+    use outboxctl::db::relay::{BatchLimit, Sizing};
+    for op in ["requeue", "discard", "prune"] {
+        let db = TestDb::new().await;
+        run(&db, &["ordering", "enable", "--on-dead", "skip"], 0);
+        let a = insert(&db, "order", "k1", 1, false).await;
+        let b = insert(&db, "order", "k1", 2, false).await;
+        let c = insert(&db, "order", "k1", 3, false).await;
+        db.exec(&format!(
+            "UPDATE outbox SET dead_lettered_at = now() - interval '2 hours', attempt_count = 3
+              WHERE id = {b}"
+        ))
+        .await;
+        let mut claiming = db.pool.begin().await.unwrap();
+        let limit = BatchLimit {
+            rows: 10,
+            bytes: 1 << 20,
+            sizing: Sizing::Running,
+        };
+        let got = claim(
+            &mut claiming,
+            &OrderedMode::Tx,
+            limit,
+            10,
+            1,
+            &everything(),
+            &Cursor::default(),
+        )
+        .await
+        .unwrap();
+        let ids: Vec<i64> = got.rows.iter().map(|r| r.id).collect();
+        assert_eq!(ids, vec![a, c], "{op}: the run past the skipped dead B");
+        let b_arg = b.to_string();
+        let args: Vec<&str> = match op {
+            "requeue" => vec!["requeue", &b_arg],
+            "discard" => vec!["dead", "discard", &b_arg, "--yes"],
+            _ => vec!["prune", "--dead-older-than", "1h"],
+        };
+        // Not held up by the open claim: were it waiting on a row lock, this would never return.
+        let out = db.cmd().args(&args).output().unwrap();
+        assert!(out.status.success(), "{op}: {}", stderr(&out));
+        claiming.commit().await.unwrap();
+        let state: Vec<(i64, bool, bool)> = sqlx::query_as(
+            "SELECT id, published_at IS NOT NULL, dead_lettered_at IS NOT NULL
+               FROM outbox ORDER BY id",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        match op {
+            "requeue" => {
+                assert_eq!(
+                    state,
+                    vec![(a, true, false), (b, false, false), (c, true, false)],
+                    "{op}"
+                );
+                let dir = tempfile::tempdir().unwrap();
+                let file = dir.path().join("out.jsonl");
+                run(
+                    &db,
+                    &[
+                        "relay",
+                        "--once",
+                        "--sink",
+                        &format!("file:{}", file.display()),
+                    ],
+                    0,
+                );
+                assert_eq!(crate::common::ids_in_file(&file), vec![b], "{op}");
+            }
+            _ => assert_eq!(state, vec![(a, true, false), (c, true, false)], "{op}"),
+        }
+    }
+}
