@@ -9,7 +9,8 @@
 //! a lease that ran out, rows given back, a producer's transaction that committed after a claim
 //! had passed its rows (their `available_at` is the transaction's start), a requeue or
 //! reschedule into the past. Retries and delayed events are due later than the cursor and are
-//! found ahead of it.
+//! found ahead of it. Rows the relay itself gives back (an outage, shutdown, a rolled-back
+//! batch, a lost claim reply) make its next claim start at the start ([`ClaimStart::rescan`]).
 //!
 //! **The bound**: a claim from the start once [`RESCAN_COST_FACTOR`] times as long as the last
 //! such claim took has passed (so they cost at most 1/[`RESCAN_COST_FACTOR`] of the relay's
@@ -82,6 +83,11 @@ impl ClaimStart {
         } else {
             s.cursor
         }
+    }
+
+    /// The next claim starts at the start: rows were given back behind the cursor.
+    pub fn rescan(&self) {
+        self.state().rescan = true;
     }
 
     /// Records a claim that started at `from` ([`ClaimStart::next`]), began `elapsed` ago and

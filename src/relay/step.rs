@@ -197,10 +197,21 @@ impl Relay {
                     + self.cfg.lease.saturating_sub(self.cfg.publish_timeout),
             ),
         };
-        match self.cfg.mode {
+        let result = match self.cfg.mode {
             Mode::Lease => self.step_lease(limit, &ctl, claimed).await,
             Mode::Tx => self.step_tx(limit, &ctl, claimed).await,
+        };
+        // Rows this step gave back (an outage, shutdown, a rollback, a lost claim) keep their
+        // `available_at`, behind the claim cursor: the next claim starts at the start, so they
+        // are claimed again beside the rest (a poison event among them meets healthy ones).
+        let gave_back = match &result {
+            Ok(r) => r.released > 0 || r.unavailable > 0,
+            Err(_) => true,
+        };
+        if gave_back {
+            self.start.rescan();
         }
+        result
     }
 
     async fn step_lease(
