@@ -6,7 +6,9 @@
 //! Like the completion scripts, the generated files are committed, and a test
 //! (`tests/it/snapshots.rs`) fails when one of them differs from what this module produces:
 //!
-//!     UPDATE_SNAPSHOTS=1 cargo test --test it snapshots::
+//! ```text
+//! UPDATE_SNAPSHOTS=1 cargo test --test it snapshots::
+//! ```
 //!
 //! rewrites them. Nothing here does I/O.
 
