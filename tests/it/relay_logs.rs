@@ -86,6 +86,13 @@ async fn json_logs_cover_every_daemon_line_including_summary_and_second_signal()
     signal(&child, "TERM");
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
+    // The capture thread may still be reading the pipe the relay has closed.
+    wait_until(
+        Duration::from_secs(10),
+        "stderr read to its end",
+        || async { log.lock().unwrap().contains("shutting down") },
+    )
+    .await;
     let err = json_lines(&log.lock().unwrap());
     let start = with_message(&err, "relay starting");
     assert_eq!(start.len(), 1, "{err:?}");
@@ -168,6 +175,12 @@ async fn json_logs_cover_every_daemon_line_including_summary_and_second_signal()
     *release.0.lock().unwrap() = true;
     release.1.notify_all();
     assert_eq!(status.code(), Some(130));
+    wait_until(
+        Duration::from_secs(10),
+        "stderr read to its end",
+        || async { log.lock().unwrap().contains("second signal") },
+    )
+    .await;
     let err = json_lines(&log.lock().unwrap());
     let second = with_message(&err, "second signal: exiting");
     assert_eq!(second.len(), 1, "{err:?}");
