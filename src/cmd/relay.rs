@@ -112,7 +112,7 @@ pub async fn build(
         },
         ordering: Default::default(),
         sizing: Default::default(),
-        start: crate::relay::cursor::ClaimStart::default(),
+        start: crate::relay::cursor::ClaimStart::new(args.once),
     };
     Ok((relay, cfg))
 }

@@ -21,12 +21,8 @@
 //! poll interval of an idle daemon. No fixed minimum: producers' transactions commit after a
 //! claim has passed their `available_at` all the time (it is the transaction's start), and a
 //! one-second minimum made 1 % of the events of a 1000 events/s load wait ~0.7 s (p99 714 ms
-//! against 6 ms, `bench/ab-bench.sh`). `relay --once` follows the same rule: it relays what was
-//! ready when it started (its first claim starts at the start) and what becomes ready ahead of
-//! its cursor; what another relay gives back or a late commit leaves behind the cursor during the
-//! run is claimed if a claim from the start falls due before the run ends, else by the next run
-//! (which starts at the start). Forcing a claim from the start before every exit cost a walk of
-//! all the dead rows per run (0.77x instead of about 0.85x, `bench/snapshot.sh`).
+//! against 6 ms, `bench/ab-bench.sh`). `relay --once` ends only after a claim from the start has
+//! come back short, so it leaves nothing behind.
 //!
 //! The state is shared by the steps in flight at once (`--pipeline-depth`): a claim started
 //! while another's rows are still locked starts after them instead of skipping them one by one.
@@ -40,9 +36,12 @@ use crate::db::relay::{Claim, Position};
 pub const RESCAN_COST_FACTOR: u32 = 20;
 
 /// Where the next claim starts; see the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClaimStart {
     state: Mutex<State>,
+    /// `relay --once`: a claim from the cursor that comes back short is followed at once by one
+    /// from the start.
+    once: bool,
 }
 
 #[derive(Debug, Default)]
@@ -64,6 +63,13 @@ impl State {
 }
 
 impl ClaimStart {
+    pub fn new(once: bool) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            once,
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -116,7 +122,7 @@ impl ClaimStart {
             }
             Some(_) => {
                 s.cursor = s.cursor.max(claim.last);
-                if !full && !s.rescan && s.rescan_due() {
+                if !full && !s.rescan && (self.once || s.rescan_due()) {
                     s.rescan = true;
                     return true;
                 }
@@ -146,7 +152,7 @@ mod tests {
 
     #[test]
     fn claims_go_on_from_the_cursor_and_rescan_from_the_start_when_due() {
-        let s = ClaimStart::default();
+        let s = ClaimStart::new(false);
         assert_eq!(s.next(), None, "the first claim starts at the start");
         let quick = Duration::from_millis(100);
         assert!(!s.after(None, quick, &claim(Some(10)), true));
@@ -170,7 +176,7 @@ mod tests {
 
     #[test]
     fn a_slow_rescan_spaces_the_next_one_out() {
-        let s = ClaimStart::default();
+        let s = ClaimStart::new(false);
         let slow = Duration::from_millis(200);
         s.after(None, slow, &claim(Some(1)), true);
         // 20 x 200 ms = 4 s: not due after 1 s.
@@ -178,5 +184,21 @@ mod tests {
         assert_eq!(s.next(), Some(at(1)));
         s.state().last_full = Some((Instant::now() - slow * RESCAN_COST_FACTOR, slow));
         assert_eq!(s.next(), None);
+    }
+
+    #[test]
+    fn once_rescans_after_every_short_claim_from_the_cursor() {
+        let s = ClaimStart::new(true);
+        let quick = Duration::from_secs(60);
+        s.after(None, quick, &claim(Some(10)), true);
+        assert!(!s.after(Some(at(10)), quick, &claim(Some(20)), true));
+        assert!(
+            s.after(Some(at(20)), quick, &claim(Some(22)), false),
+            "a short claim from the cursor is followed by one from the start"
+        );
+        assert_eq!(s.next(), None);
+        // That one coming back short ends the run (no further claim asked for).
+        assert!(!s.after(None, quick, &claim(None), false));
+        assert_eq!(s.next(), Some(at(22)));
     }
 }

@@ -95,7 +95,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, depth: u32) -> Rela
         },
         ordering: Default::default(),
         sizing: Default::default(),
-        start: outboxctl::relay::cursor::ClaimStart::default(),
+        start: outboxctl::relay::cursor::ClaimStart::new(false),
     }
 }
 
