@@ -504,6 +504,8 @@ fn chunk_source(all: bool, chunk: &str) -> String {
 ///   matches nothing, and the key's run would go out without it, its successors before it (issue
 ///   31). Reached by id, the row's old version is found and PostgreSQL follows its update chain to
 ///   the version this claim already holds locked. (A head changed before `lock` is the same case.)
+///   The difference is an `EXCEPT` (hashed, linear), not `id <> ALL(upd's ids)` per taken row,
+///   which is quadratic in the batch.
 ///
 /// The statement returns the claimed rows plus one trailer row (`trailer`) with the cursor and
 /// whether more may be claimable; the trailer's event columns are placeholders. The walk was at
@@ -630,8 +632,7 @@ fn claim_sql(set: &str, all: bool) -> String {
         ), moved AS (
             UPDATE outbox o
                SET {set}
-             WHERE o.id = ANY(ARRAY(SELECT id FROM taken
-                                     WHERE id <> ALL(ARRAY(SELECT id FROM upd))))
+             WHERE o.id = ANY(ARRAY(SELECT id FROM taken EXCEPT SELECT id FROM upd))
             RETURNING {returning}
         )
         SELECT *, false AS trailer, NULL::text AS c_type, NULL::uuid AS c_tenant,
