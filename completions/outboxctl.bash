@@ -767,7 +767,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__doctor)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --warn-lag --crit-lag --max-xact-age --retention --lease --publish-timeout --sink --max-attempts --backoff-base --backoff-max --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --warn-lag --crit-lag --max-xact-age --retention --json --lease --publish-timeout --sink --max-attempts --backoff-base --backoff-max --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

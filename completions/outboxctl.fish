@@ -954,12 +954,12 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l warn-lag 
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l crit-lag -d 'FAIL when the lag (see --warn-lag) is longer than this' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l max-xact-age -d 'WARN when a transaction, prepared transaction or replication slot has held back vacuum\'s xmin horizon for longer than this' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l retention -d 'WARN when published events older than this are still in the table (prune is not running)' -r
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l lease -d 'The relay\'s --lease, to check against --publish-timeout (the relay\'s variable)' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l lease -d 'The relay\'s --lease, to check against --publish-timeout (the relay\'s variable) [default: the relay\'s, 30s]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l publish-timeout -d 'The relay\'s --publish-timeout [default: half the lease]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l sink -d 'The relay\'s --sink: for nats://, the stream capturing the subject must keep duplicates for at least the retry horizon (placeholders in the subject are filled with a sample value)' -r
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l max-attempts -d 'The relay\'s --max-attempts, for the retry horizon' -r
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l backoff-base -d 'The relay\'s --backoff-base, for the retry horizon' -r
-complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l backoff-max -d 'The relay\'s --backoff-max, for the retry horizon' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l max-attempts -d 'Attempts before a row is dead-lettered. A sink outage (the sink took no event of a batch) counts none: the rows are given back untouched' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l backoff-base -d 'Backoff after the first failure; doubles per attempt, with jitter' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l backoff-max -d 'Upper bound of the backoff' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand doctor" -l json -d 'Print JSON on stdout instead of a table'

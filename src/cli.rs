@@ -291,6 +291,27 @@ pub struct PublishArgs {
     pub output: OutputArgs,
 }
 
+/// The relay's `--lease` by default (also what `doctor` checks when only some relay settings are
+/// given).
+pub const DEFAULT_LEASE: &str = "30s";
+
+/// How the relay retries an event: `relay` uses them, `doctor` checks them (the retry horizon).
+#[derive(Debug, Clone, Args)]
+pub struct RetryArgs {
+    /// Attempts before a row is dead-lettered. A sink outage (the sink took no event of a batch)
+    /// counts none: the rows are given back untouched.
+    #[arg(long, env = "OUTBOXCTL_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_attempts: u32,
+
+    /// Backoff after the first failure; doubles per attempt, with jitter.
+    #[arg(long, env = "OUTBOXCTL_BACKOFF_BASE", default_value = "1s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub backoff_base: Duration,
+
+    /// Upper bound of the backoff.
+    #[arg(long, env = "OUTBOXCTL_BACKOFF_MAX", default_value = "5m", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub backoff_max: Duration,
+}
+
 /// Relay ready events to a sink: `--once` for cron, or as a daemon.
 ///
 /// Claims ready rows with FOR UPDATE SKIP LOCKED, publishes them, marks them published, retries
@@ -379,7 +400,7 @@ pub struct RelayArgs {
     pub pipeline_depth: Option<u32>,
 
     /// How long a claim is held before another relay may take the row.
-    #[arg(long, env = "OUTBOXCTL_LEASE", default_value = "30s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    #[arg(long, env = "OUTBOXCTL_LEASE", default_value = DEFAULT_LEASE, value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub lease: Duration,
 
     /// Timeout of one publish (a stdout or file write too); must be shorter than --lease
@@ -387,18 +408,8 @@ pub struct RelayArgs {
     #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub publish_timeout: Option<Duration>,
 
-    /// Attempts before a row is dead-lettered. A sink outage (the sink took no event of a batch)
-    /// counts none: the rows are given back untouched.
-    #[arg(long, env = "OUTBOXCTL_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub max_attempts: u32,
-
-    /// Backoff after the first failure; doubles per attempt, with jitter.
-    #[arg(long, env = "OUTBOXCTL_BACKOFF_BASE", default_value = "1s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
-    pub backoff_base: Duration,
-
-    /// Upper bound of the backoff.
-    #[arg(long, env = "OUTBOXCTL_BACKOFF_MAX", default_value = "5m", value_parser = parse_nonzero_duration, value_name = "DURATION")]
-    pub backoff_max: Duration,
+    #[command(flatten)]
+    pub retry: RetryArgs,
 
     /// Daemon: look for work at least this often even without a notification.
     #[arg(long, env = "OUTBOXCTL_POLL_INTERVAL", default_value = "5s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
@@ -634,7 +645,11 @@ pub struct DoctorArgs {
     #[arg(long, env = "OUTBOXCTL_DOCTOR_RETENTION", default_value = "30d", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub retention: Duration,
 
-    /// The relay's --lease, to check against --publish-timeout (the relay's variable).
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    /// The relay's --lease, to check against --publish-timeout (the relay's variable)
+    /// [default: the relay's, 30s].
     #[arg(long, env = "OUTBOXCTL_LEASE", value_parser = parse_nonzero_duration, value_name = "DURATION", help_heading = "Relay settings to check")]
     pub lease: Option<Duration>,
 
@@ -652,20 +667,9 @@ pub struct DoctorArgs {
     )]
     pub sink: Option<String>,
 
-    /// The relay's --max-attempts, for the retry horizon.
-    #[arg(long, env = "OUTBOXCTL_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000), help_heading = "Relay settings to check")]
-    pub max_attempts: u32,
-
-    /// The relay's --backoff-base, for the retry horizon.
-    #[arg(long, env = "OUTBOXCTL_BACKOFF_BASE", default_value = "1s", value_parser = parse_nonzero_duration, value_name = "DURATION", help_heading = "Relay settings to check")]
-    pub backoff_base: Duration,
-
-    /// The relay's --backoff-max, for the retry horizon.
-    #[arg(long, env = "OUTBOXCTL_BACKOFF_MAX", default_value = "5m", value_parser = parse_nonzero_duration, value_name = "DURATION", help_heading = "Relay settings to check")]
-    pub backoff_max: Duration,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    /// The relay's retry settings, for the retry horizon.
+    #[command(flatten, next_help_heading = "Relay settings to check")]
+    pub retry: RetryArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

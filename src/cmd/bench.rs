@@ -401,7 +401,7 @@ async fn start_daemon(
         },
         ordering: Default::default(),
         sizing: Default::default(),
-        start: crate::relay::cursor::ClaimStart::new(false),
+        start: crate::relay::cursor::ClaimStart::default(),
     };
     let settings = DaemonSettings {
         poll_interval: Duration::from_secs(5),

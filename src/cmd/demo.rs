@@ -134,7 +134,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
         },
         ordering: Default::default(),
         sizing: Default::default(),
-        start: crate::relay::cursor::ClaimStart::new(true),
+        start: crate::relay::cursor::ClaimStart::default(),
     };
     let never = CancellationToken::new();
     say("relay --once: the ready events go to stdout; the delayed one waits");

@@ -170,14 +170,16 @@ fn settings(args: &DoctorArgs) -> anyhow::Result<Settings> {
     }
     let relay = (args.lease.is_some() || args.publish_timeout.is_some() || args.sink.is_some())
         .then(|| {
-            let lease = args.lease.unwrap_or(Duration::from_secs(30));
+            let lease = args.lease.unwrap_or_else(|| {
+                crate::cli::parse_duration(crate::cli::DEFAULT_LEASE).expect("the default lease")
+            });
             RelaySettings {
                 lease,
                 publish_timeout: args.publish_timeout.unwrap_or(lease / 2),
-                max_attempts: args.max_attempts,
+                max_attempts: args.retry.max_attempts,
                 backoff: crate::relay::Backoff {
-                    base: args.backoff_base,
-                    max: args.backoff_max,
+                    base: args.retry.backoff_base,
+                    max: args.retry.backoff_max,
                 },
             }
         });
@@ -302,6 +304,8 @@ pub async fn diagnose(
         migrations_check(m, cfg.schema.name())
     }));
     let exists = sql::outbox_exists(conn).await?;
+    // The outbox's dead row versions, for the xmin horizon's cost.
+    let mut dead_rows = None;
     if exists {
         let indexes = read(sql::indexes(conn).await);
         match &indexes {
@@ -324,6 +328,7 @@ pub async fn diagnose(
             trigger_check(t.clone(), &applied)
         }));
         let table = read(sql::table(conn).await);
+        dead_rows = table.as_ref().ok().map(|t| t.dead_tuples);
         out.push(judged("dead_tuples", &table, |t| dead_tuples_check(t, now)));
         out.push(judged("analyze", &table, |t| analyze_check(t, now)));
         out.push(judged("table_bloat", &table, table_bloat_check));
@@ -335,7 +340,9 @@ pub async fn diagnose(
         });
     }
     let holders = read(sql::horizon_holders(conn).await);
-    out.push(judged("xmin_horizon", &holders, |h| horizon_check(h, s)));
+    out.push(judged("xmin_horizon", &holders, |h| {
+        horizon_check(h, s, dead_rows)
+    }));
     if exists {
         let stats = read(crate::cmd::stats::collect(conn, cfg.schema.name(), None).await);
         let ends = read(sql::published_ends(conn).await);
@@ -378,7 +385,11 @@ pub async fn diagnose(
     }
     if let Some(relay) = &s.relay {
         out.push(lease_check(relay));
-        if let Some(sink) = s.sink.as_deref().filter(|k| k.starts_with("nats://")) {
+        if let Some(sink) = s
+            .sink
+            .as_deref()
+            .filter(|k| crate::sink::Scheme::of(k) == Some(crate::sink::Scheme::Nats))
+        {
             out.push(nats_check(sink, relay, s.connect_timeout).await);
         }
     }
@@ -741,8 +752,10 @@ fn autovacuum_check(t: &sql::TableRow, g: &sql::AutovacuumSettings) -> Check {
     )
 }
 
-/// Every holder older than --max-xact-age (or a slot too far behind) is named, oldest first.
-fn horizon_check(holders: &[sql::HorizonHolder], s: &Settings) -> Check {
+/// Every holder older than --max-xact-age (or a slot too far behind) is named, oldest first,
+/// with what it costs the relay: the outbox's `dead_rows` (dead row versions) that claims from the
+/// start walk until the holder ends.
+fn horizon_check(holders: &[sql::HorizonHolder], s: &Settings, dead_rows: Option<i64>) -> Check {
     let limit = s.max_xact_age.as_secs_f64();
     let old: Vec<&sql::HorizonHolder> = holders
         .iter()
@@ -754,7 +767,9 @@ fn horizon_check(holders: &[sql::HorizonHolder], s: &Settings) -> Check {
         })
         .collect();
     let worst_xid = holders.iter().filter_map(|h| h.xid_age).max().unwrap_or(0);
-    let details = json!({ "holders": old, "oldest_xid_age": worst_xid });
+    let details = json!({
+        "holders": old, "oldest_xid_age": worst_xid, "outbox_dead_rows": dead_rows,
+    });
     if old.is_empty() {
         return check(
             "xmin_horizon",
@@ -806,11 +821,18 @@ fn horizon_check(holders: &[sql::HorizonHolder], s: &Settings) -> Check {
     } else {
         Status::Warn
     };
+    let cost = match dead_rows {
+        Some(n) if n > 0 => format!(
+            "; the outbox keeps {} meanwhile, which each relay's claim from the start and each `relay --once` walk (docs/operations.md: the relay slows down while a backup runs)",
+            output::plural(n as u64, "dead row version", "dead row versions")
+        ),
+        _ => String::new(),
+    };
     check(
         "xmin_horizon",
         status,
         format!(
-            "vacuum cannot remove rows deleted since: {named}{more}; end it (pg_terminate_backend(pid), COMMIT/ROLLBACK PREPARED, pg_drop_replication_slot)"
+            "vacuum cannot remove rows deleted since: {named}{more}{cost}; end it (pg_terminate_backend(pid), COMMIT/ROLLBACK PREPARED, pg_drop_replication_slot)"
         ),
         details,
     )

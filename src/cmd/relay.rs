@@ -43,7 +43,7 @@ pub async fn build(
         ))
         .into());
     }
-    if args.backoff_base > args.backoff_max {
+    if args.retry.backoff_base > args.retry.backoff_max {
         return Err(CodedError::usage("--backoff-base must not exceed --backoff-max").into());
     }
     let signing_secrets = match &args.signing_secret_env {
@@ -66,11 +66,11 @@ pub async fn build(
         },
     )
     .await?;
-    let is_http = args.sink.starts_with("http://") || args.sink.starts_with("https://");
-    if !args.http_headers.is_empty() && !is_http {
+    let scheme = crate::sink::Scheme::of(&args.sink);
+    if !args.http_headers.is_empty() && !scheme.is_some_and(crate::sink::Scheme::is_http) {
         return Err(CodedError::usage("--http-header only applies to an http(s):// --sink").into());
     }
-    if !args.kafka_properties.is_empty() && !args.sink.trim().starts_with("kafka://") {
+    if !args.kafka_properties.is_empty() && scheme != Some(crate::sink::Scheme::Kafka) {
         return Err(CodedError::usage("--kafka-property only applies to a kafka:// --sink").into());
     }
     let mode = match args.mode {
@@ -101,10 +101,10 @@ pub async fn build(
             concurrency: args.concurrency,
             lease: args.lease,
             publish_timeout,
-            max_attempts: args.max_attempts,
+            max_attempts: args.retry.max_attempts,
             backoff: Backoff {
-                base: args.backoff_base,
-                max: args.backoff_max,
+                base: args.retry.backoff_base,
+                max: args.retry.backoff_max,
             },
             shutdown_grace: args.shutdown_timeout,
             failpoint,
@@ -112,7 +112,7 @@ pub async fn build(
         },
         ordering: Default::default(),
         sizing: Default::default(),
-        start: crate::relay::cursor::ClaimStart::new(args.once),
+        start: crate::relay::cursor::ClaimStart::default(),
     };
     Ok((relay, cfg))
 }

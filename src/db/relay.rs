@@ -132,8 +132,13 @@ pub struct Claim {
     /// the share, a [`Sizing::Running`] claim took large rows in its place): the next claim
     /// should be [`Sizing::Running`].
     pub left_large: bool,
+    /// The first of the claimed rows in claim order.
+    pub first: Option<Position>,
     /// The last of the claimed rows in claim order: where a claim after it may start.
     pub last: Option<Position>,
+    /// A [`Sizing::Share`] claim left rows larger than the share among those it took: rows
+    /// before [`Claim::last`] are still ready, so the next claim must not start after it.
+    pub passed_over: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -147,18 +152,18 @@ struct ClaimedWithBudget {
 impl Claim {
     fn from_rows(rows: Vec<ClaimedWithBudget>, sizing: Sizing) -> Self {
         let budget_reached = rows.first().is_some_and(|r| r.budget_reached);
-        let last = rows
-            .iter()
-            .map(|r| Position {
-                available_at: r.position_at,
-                id: r.row.id,
-            })
-            .max();
+        let positions = rows.iter().map(|r| Position {
+            available_at: r.position_at,
+            id: r.row.id,
+        });
+        let (first, last) = (positions.clone().min(), positions.max());
         Self {
             rows: rows.into_iter().map(|r| r.row).collect(),
             budget_reached,
             left_large: sizing == Sizing::Share && budget_reached,
+            first,
             last,
+            passed_over: sizing == Sizing::Share && budget_reached,
         }
     }
 
@@ -279,6 +284,17 @@ fn claim_tx_sql_from(limit: BatchLimit, filter: &str) -> String {
 pub struct Position {
     pub available_at: chrono::DateTime<chrono::Utc>,
     pub id: i64,
+}
+
+impl Position {
+    /// The place just before this one: a claim after it starts with the row at `self`
+    /// (ids are integers, so no row lies between the two).
+    pub fn just_before(self) -> Self {
+        Self {
+            id: self.id.saturating_sub(1),
+            ..self
+        }
+    }
 }
 
 fn start_binds(after: Option<Position>) -> (Option<chrono::DateTime<chrono::Utc>>, Option<i64>) {

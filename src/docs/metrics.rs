@@ -103,7 +103,7 @@ pub fn page() -> String {
         "Metrics",
         "src/relay/metrics.rs and `stats --format prometheus`",
     );
-    let sinks: Vec<String> = m::SINK_LABELS.iter().map(|s| format!("`{s}`")).collect();
+    let sinks: Vec<String> = m::sink_labels().map(|s| format!("`{s}`")).collect();
     let modes: Vec<String> = crate::relay::Mode::ALL
         .iter()
         .map(|m| format!("`{m}`"))

@@ -51,6 +51,7 @@ pub async fn once(
     shutdown: &CancellationToken,
 ) -> Result<Report, StepError> {
     let started = Instant::now();
+    relay.start.run_once();
     let depth = depth(relay);
     let mut pipe = Pipeline::new(relay, shutdown);
     let mut total = Report::default();

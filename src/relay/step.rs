@@ -820,7 +820,8 @@ mod tests {
             rows,
             budget_reached: left_large,
             left_large,
-            last: None,
+            passed_over: left_large,
+            ..sql::Claim::default()
         }
     }
 

@@ -380,60 +380,197 @@ pub struct SinkOptions {
     pub kafka_test_fatal_error_at: Option<u64>,
 }
 
+/// The kinds of `--sink` spec, by how it begins: the one list of the sink schemes (what
+/// [`from_spec`] builds, the metrics' `sink` label, which flags apply to which sink, and what
+/// doctor checks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Stdout,
+    Null,
+    File,
+    Http,
+    Https,
+    Nats,
+    Redis,
+    Amqp,
+    Kafka,
+}
+
+impl Scheme {
+    /// Every scheme, in the order of the usage text.
+    pub const ALL: [Scheme; 9] = [
+        Scheme::Stdout,
+        Scheme::Null,
+        Scheme::File,
+        Scheme::Http,
+        Scheme::Https,
+        Scheme::Nats,
+        Scheme::Redis,
+        Scheme::Amqp,
+        Scheme::Kafka,
+    ];
+
+    /// The scheme of `spec` (surrounding whitespace ignored; `-` is stdout), or `None`.
+    pub fn of(spec: &str) -> Option<Scheme> {
+        let spec = spec.trim();
+        match spec {
+            "stdout" | "-" => return Some(Scheme::Stdout),
+            "null" => return Some(Scheme::Null),
+            _ => {}
+        }
+        Scheme::ALL
+            .into_iter()
+            .filter(|s| !matches!(s, Scheme::Stdout | Scheme::Null))
+            .find(|s| spec.starts_with(s.prefix()))
+    }
+
+    /// The name: the `sink` label of the metrics, and the URL scheme where there is one.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Stdout => "stdout",
+            Scheme::Null => "null",
+            Scheme::File => "file",
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+            Scheme::Nats => "nats",
+            Scheme::Redis => "redis",
+            Scheme::Amqp => "amqp",
+            Scheme::Kafka => "kafka",
+        }
+    }
+
+    /// How a spec of this scheme begins.
+    fn prefix(self) -> &'static str {
+        match self {
+            Scheme::Stdout => "stdout",
+            Scheme::Null => "null",
+            Scheme::File => "file:",
+            Scheme::Http => "http://",
+            Scheme::Https => "https://",
+            Scheme::Nats => "nats://",
+            Scheme::Redis => "redis://",
+            Scheme::Amqp => "amqp://",
+            Scheme::Kafka => "kafka://",
+        }
+    }
+
+    /// The form of a spec, for the usage text.
+    fn form(self) -> &'static str {
+        match self {
+            Scheme::Stdout => "stdout",
+            Scheme::Null => "null",
+            Scheme::File => "file:PATH",
+            Scheme::Http => "http(s)://URL",
+            Scheme::Https => "",
+            Scheme::Nats => "nats://HOST:PORT?subject=...",
+            Scheme::Redis => "redis://HOST:PORT?stream=...",
+            Scheme::Amqp => "amqp://USER:PASS@HOST:PORT/VHOST",
+            Scheme::Kafka => "kafka://HOST:PORT[,HOST:PORT]?topic=...",
+        }
+    }
+
+    /// An HTTP(S) webhook (`--http-header` applies).
+    pub fn is_http(self) -> bool {
+        matches!(self, Scheme::Http | Scheme::Https)
+    }
+
+    /// A spec of this scheme, for tests.
+    #[cfg(test)]
+    pub fn example(self) -> String {
+        match self {
+            Scheme::Stdout | Scheme::Null => self.prefix().to_owned(),
+            _ => format!("{}h:1/x?topic=t", self.prefix()),
+        }
+    }
+}
+
+/// The forms `--sink` takes, for its error messages.
+fn usage() -> String {
+    let forms: Vec<&str> = Scheme::ALL
+        .iter()
+        .map(|s| s.form())
+        .filter(|f| !f.is_empty())
+        .collect();
+    let (last, rest) = forms.split_last().expect("schemes");
+    format!("{} or {last}", rest.join(", "))
+}
+
 /// Builds the sink named by `--sink`: `stdout`, `null`, `file:PATH`, `http(s)://...`,
 /// `nats://...` (JetStream), `redis://...` (Streams), `amqp://...` (RabbitMQ), `kafka://...`.
 pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedError> {
     let spec = spec.trim();
-    if spec == "stdout" || spec == "-" {
-        if stdout::is_dev_null() {
-            return Err(CodedError::usage(
-                "--sink stdout: stdout is /dev/null (or was closed, which reads the same), so every event would be marked published and thrown away; use --sink null to discard events on purpose, or give stdout a pipe or a file",
-            ));
+    let Some(scheme) = Scheme::of(spec) else {
+        return Err(CodedError::usage(format!(
+            "invalid --sink `{}`: use {}",
+            crate::config::redact_url(spec),
+            usage()
+        )));
+    };
+    Ok(match scheme {
+        Scheme::Stdout => {
+            if stdout::is_dev_null() {
+                return Err(CodedError::usage(
+                    "--sink stdout: stdout is /dev/null (or was closed, which reads the same), so every event would be marked published and thrown away; use --sink null to discard events on purpose, or give stdout a pipe or a file",
+                ));
+            }
+            Arc::new(stdout::StdoutSink::new())
         }
-        return Ok(Arc::new(stdout::StdoutSink::new()));
-    }
-    if spec == "null" {
-        return Ok(Arc::new(memory::NullSink));
-    }
-    if let Some(path) = spec.strip_prefix("file:") {
-        if path.is_empty() {
-            return Err(CodedError::usage(
-                "invalid --sink `file:`: give a path, e.g. file:/var/log/outbox.jsonl",
-            ));
+        Scheme::Null => Arc::new(memory::NullSink),
+        Scheme::File => {
+            let path = &spec[scheme.prefix().len()..];
+            if path.is_empty() {
+                return Err(CodedError::usage(
+                    "invalid --sink `file:`: give a path, e.g. file:/var/log/outbox.jsonl",
+                ));
+            }
+            Arc::new(file::FileSink::open(path).map_err(|e| {
+                CodedError::usage(format!(
+                    "invalid --sink: cannot open {path} for appending: {e}"
+                ))
+            })?)
         }
-        return Ok(Arc::new(file::FileSink::open(path).map_err(|e| {
-            CodedError::usage(format!(
-                "invalid --sink: cannot open {path} for appending: {e}"
-            ))
-        })?));
-    }
-    if spec.starts_with("http://") || spec.starts_with("https://") {
-        return Ok(Arc::new(http::HttpSink::new(spec, opts)?));
-    }
-    if spec.starts_with("amqp://") {
-        return Ok(Arc::new(amqp::AmqpSink::new(spec)?));
-    }
-    if spec.starts_with("redis://") {
-        return Ok(Arc::new(redis::RedisSink::new(spec)?));
-    }
-    if spec.starts_with("kafka://") {
-        return Ok(Arc::new(
+        Scheme::Http | Scheme::Https => Arc::new(http::HttpSink::new(spec, opts)?),
+        Scheme::Amqp => Arc::new(amqp::AmqpSink::new(spec)?),
+        Scheme::Redis => Arc::new(redis::RedisSink::new(spec)?),
+        Scheme::Kafka => Arc::new(
             kafka::KafkaSink::new(spec, &opts.kafka_properties, opts.timeout)?
                 .with_test_fatal_error_at(opts.kafka_test_fatal_error_at),
-        ));
-    }
-    if spec.starts_with("nats://") {
-        return Ok(Arc::new(nats::NatsSink::connect(spec, opts.timeout).await?));
-    }
-    Err(CodedError::usage(format!(
-        "invalid --sink `{}`: use stdout, null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=... redis://HOST:PORT?stream=..., amqp://USER:PASS@HOST:PORT/VHOST or kafka://HOST:PORT[,HOST:PORT]?topic=...",
-        crate::config::redact_url(spec)
-    )))
+        ),
+        Scheme::Nats => Arc::new(nats::NatsSink::connect(spec, opts.timeout).await?),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_scheme_is_in_the_list_and_its_specs_are_known_by_it() {
+        for (i, s) in Scheme::ALL.into_iter().enumerate() {
+            // Exhaustive: a new variant does not compile until it is placed in `ALL`.
+            let place = match s {
+                Scheme::Stdout => 0,
+                Scheme::Null => 1,
+                Scheme::File => 2,
+                Scheme::Http => 3,
+                Scheme::Https => 4,
+                Scheme::Nats => 5,
+                Scheme::Redis => 6,
+                Scheme::Amqp => 7,
+                Scheme::Kafka => 8,
+            };
+            assert_eq!(place, i, "{s:?}");
+            assert_eq!(Scheme::of(&s.example()), Some(s));
+            assert_eq!(Scheme::of(&format!("  {}\n", s.example())), Some(s));
+            assert!(usage().contains(s.form()), "{s:?}");
+        }
+        assert_eq!(Scheme::of("-"), Some(Scheme::Stdout));
+        for other in [
+            "", "nullx", "stdoutx", "file", "ftp://h", "HTTP://h", "kafka:/h",
+        ] {
+            assert_eq!(Scheme::of(other), None, "{other}");
+        }
+    }
 
     fn down() -> Outcome {
         Outcome::Failed(SinkError::unavailable("HTTP 503"))

@@ -109,7 +109,25 @@ fn usage_errors_never_show_an_environment_value() {
             let canaries = with_every_env_canary(&mut c);
             c.args(&path).args(extra);
             let out = run(c);
-            assert_no_canary(&out, &canaries, &format!("{path:?} {extra:?}"));
+            let what = format!("{path:?} {extra:?}");
+            assert_no_canary(&out, &canaries, &what);
+            // The bad arguments are refused as usage errors, said on stderr (so the check above
+            // read the error message, not an empty output); without them each command fails on
+            // the canary values (no database there), also saying why.
+            if extra.is_empty() {
+                assert_ne!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+            } else {
+                // The canaries switch on `stats --check` too (its variable is a flag): a Nagios
+                // check's usage error is UNKNOWN, 3.
+                let usage = if path == ["stats"] { 3 } else { 2 };
+                assert_eq!(out.status.code(), Some(usage), "{what}: {}", stderr(&out));
+                assert!(
+                    stderr(&out).starts_with("error: "),
+                    "{what}: {}",
+                    stderr(&out)
+                );
+            }
+            assert!(!stderr(&out).trim().is_empty(), "{what}: no error printed");
         }
     }
 }

@@ -280,27 +280,37 @@ async fn a_transaction_held_open_is_named_with_its_pid_and_application_name() {
         .execute(&mut *tx)
         .await
         .unwrap();
+    // Rows published while it is held: their old versions stay, and the check says what they cost.
+    db.seed_ready(50).await;
+    db.exec("UPDATE outbox SET published_at = now()").await;
 
     // Database-wide: other tests' transactions may be listed too; ours must be among them once it
-    // is older than --max-xact-age.
+    // is older than --max-xact-age (and the statistics have counted the dead rows).
     let mut last = Value::Null;
     wait_until(
         Duration::from_secs(20),
-        "doctor names the held transaction",
+        "doctor names the held transaction and the dead rows",
         || {
             let (_, v) = doctor(&db, &["--max-xact-age", "1s"]);
-            let named = find(&v, "xmin_horizon")["details"]["holders"]
+            let check = find(&v, "xmin_horizon");
+            let named = check["details"]["holders"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .any(|h| h["pid"] == pid && h["name"] == app.as_str());
+            let counted = check["details"]["outbox_dead_rows"].as_i64() >= Some(50);
             last = v;
-            async move { named }
+            async move { named && counted }
         },
     )
     .await;
     let check = find(&last, "xmin_horizon");
     assert_ne!(check["status"], "PASS", "{check:#}");
+    let message = check["message"].as_str().unwrap();
+    assert!(
+        message.contains("dead row versions meanwhile, which each relay's claim from the start"),
+        "{message}"
+    );
     let h = check["details"]["holders"]
         .as_array()
         .unwrap()

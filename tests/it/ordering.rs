@@ -498,15 +498,19 @@ async fn enabling_while_a_relay_runs_takes_effect_without_a_restart() {
     assert_eq!(audit, 2, "enable and disable audited");
 }
 
-/// One key with 100k events: published in id order, in batches.
+/// One key with 100k events: published in id order, in batches. Their `available_at` runs the
+/// other way (the last inserted was due first), so the unordered claim's order would be the
+/// reverse: only the ordered claim yields id order.
 #[tokio::test]
 async fn one_key_with_many_events_is_published_in_order() {
     let db = TestDb::new().await;
     run(&db, &["ordering", "enable"], 0);
     db.exec(
-        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                             idempotency_key, available_at)
          SELECT '00000000-0000-0000-0000-000000000001', 'order', 'hot', 'e',
-                jsonb_build_object('n', g), 'k-' || g FROM generate_series(1, 100000) g",
+                jsonb_build_object('n', g), 'k-' || g, now() - g * interval '1 millisecond'
+           FROM generate_series(1, 100000) g",
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
@@ -1044,15 +1048,36 @@ async fn a_relay_on_a_schema_before_migration_6_relays_unordered_in_both_modes()
 async fn the_outbox_has_no_before_update_row_trigger() {
     let db = TestDb::new().await;
     // tgtype bits: 1 ROW, 2 BEFORE, 16 UPDATE.
-    let before_update_row: Vec<String> = sqlx::query_scalar(
-        "SELECT tgname::text FROM pg_trigger
-          WHERE tgrelid = to_regclass('outbox') AND NOT tgisinternal
-            AND tgtype & 1 = 1 AND tgtype & 2 = 2 AND tgtype & 16 = 16",
+    let row_triggers = |before: bool| {
+        let sql = format!(
+            "SELECT tgname::text FROM pg_trigger
+              WHERE tgrelid = to_regclass('outbox') AND NOT tgisinternal
+                AND tgtype & 1 = 1 AND (tgtype & 2 = 2) = {before} AND tgtype & 16 = 16
+              ORDER BY 1"
+        );
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(&sql)
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    // The positive control: the query sees the outbox's UPDATE row triggers (migration 8's AFTER
+    // trigger), so an empty answer below is not a missing table or a wrong search path.
+    let after = row_triggers(false).await;
+    assert!(!after.is_empty(), "the AFTER UPDATE row trigger is there");
+    assert!(
+        row_triggers(true).await.is_empty(),
+        "no BEFORE UPDATE row trigger"
+    );
+    // And a BEFORE one would be seen.
+    db.exec(
+        "CREATE FUNCTION t_noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+         CREATE TRIGGER t_before BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION t_noop()",
     )
-    .fetch_all(&db.pool)
-    .await
-    .expect("triggers");
-    assert!(before_update_row.is_empty(), "{before_update_row:?}");
+    .await;
+    assert_eq!(row_triggers(true).await, ["t_before"]);
 }
 
 /// skip → requeue → skip: the second skip (of the now pending head) dead-letters it without

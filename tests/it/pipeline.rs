@@ -95,7 +95,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, depth: u32) -> Rela
         },
         ordering: Default::default(),
         sizing: Default::default(),
-        start: outboxctl::relay::cursor::ClaimStart::new(false),
+        start: outboxctl::relay::cursor::ClaimStart::default(),
     }
 }
 
@@ -183,6 +183,93 @@ async fn depth_2_claims_the_next_batch_while_one_publishes() {
             .await;
         assert_eq!(leased, 0, "{mode:?}: no lease left");
     }
+}
+
+/// A `--once` run passes over rows another transaction holds locked (an operator's edit, a
+/// query `FOR UPDATE`, another relay's claim it then gives back). When the lock goes during the
+/// run, the rows are behind the claim cursor: the run's sweep from its first row claims them
+/// before it ends, so a cron run leaves nothing behind that was free before it ended. The
+/// dead rows a held snapshot keeps before the ready ones make a claim from the start slow
+/// enough (200k index entries) that none falls due during the run: only the sweep finds them.
+#[tokio::test]
+async fn once_claims_what_was_locked_behind_its_cursor_before_it_ends() {
+    let db = TestDb::new().await;
+    sqlx::query(
+        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                             idempotency_key, available_at)
+         SELECT '00000000-0000-0000-0000-000000000001', 'a', 'dead', 'e', '{}', 'dead-' || g,
+                now() - interval '1 day'
+           FROM generate_series(1, 200000) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Connections of their own, closed (so their transactions end) when a failed assertion
+    // drops them, before the test's schema is dropped.
+    let mut snapshot = db.pool.acquire().await.unwrap().detach();
+    for sql in [
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+        "SELECT count(*) FROM outbox",
+    ] {
+        sqlx::query(sql).execute(&mut snapshot).await.unwrap();
+    }
+    sqlx::query("UPDATE outbox SET published_at = now()")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    for mode in MODES {
+        for depth in [1, 2] {
+            let what = format!("{mode:?} depth {depth}");
+            let first: i64 = db
+                .scalar(&format!(
+                    "WITH n AS (
+                       INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type,
+                                           payload, idempotency_key)
+                       SELECT '00000000-0000-0000-0000-000000000001', 'order', 'o-' || g,
+                              'order.placed', jsonb_build_object('n', g), '{what}-' || g
+                         FROM generate_series(1, 300) g
+                       RETURNING id)
+                     SELECT min(id) FROM n"
+                ))
+                .await;
+            let mut locker = db.pool.acquire().await.unwrap().detach();
+            sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+            sqlx::query("SELECT id FROM outbox WHERE id BETWEEN $1 + 50 AND $1 + 60 FOR UPDATE")
+                .bind(first)
+                .execute(&mut locker)
+                .await
+                .unwrap();
+            let (sink, gate) = HoldSink::new(false);
+            let r = relay(&db, sink.clone(), mode, depth).await;
+            let run = tokio::spawn(async move {
+                outboxctl::relay::daemon::once(&r, OnceLimits::default(), &CancellationToken::new())
+                    .await
+            });
+            // Every claim so far passed over the locked rows (the first took the rows around
+            // them).
+            wait_until(
+                Duration::from_secs(30),
+                "the first batches in hand",
+                || async { sink.in_hand() == depth as usize },
+            )
+            .await;
+            sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+            gate.send(true).unwrap();
+            let report = run.await.unwrap().unwrap();
+            assert_eq!(report.published, 300, "{what}");
+            let left: i64 = db
+                .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+                .await;
+            assert_eq!(left, 0, "{what}: nothing left behind");
+            let ids = sink.inner.ids();
+            assert_eq!(ids.len(), 300, "{what}: none twice");
+            assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 300, "{what}");
+        }
+    }
+    sqlx::query("ROLLBACK")
+        .execute(&mut snapshot)
+        .await
+        .unwrap();
 }
 
 /// `--max-events` with two steps in flight: the budget is split between them, so the run

@@ -42,7 +42,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
         },
         ordering: Default::default(),
         sizing: Default::default(),
-        start: outboxctl::relay::cursor::ClaimStart::new(false),
+        start: outboxctl::relay::cursor::ClaimStart::default(),
     }
 }
 
@@ -134,29 +134,60 @@ async fn claim_respects_the_batch_and_concurrent_claims_are_disjoint() {
     );
 }
 
+/// The relay's own claim statements (both modes, both sizings, custom and generic plans) find
+/// their rows through the partial ready index, never by a scan or a sort of published history.
 #[tokio::test]
 async fn claim_uses_the_ready_index_not_published_history() {
     let db = TestDb::new().await;
     db.seed_ready(20_000).await;
     db.exec("UPDATE outbox SET published_at = now() WHERE id <= 19000; ANALYZE outbox")
         .await;
-    let plan: serde_json::Value = db
-        .scalar(
-            "EXPLAIN (FORMAT JSON) SELECT id FROM outbox
-              WHERE published_at IS NULL AND dead_lettered_at IS NULL AND available_at <= now()
-                AND (locked_until IS NULL OR locked_until < now())
-              ORDER BY available_at, id LIMIT 100 FOR UPDATE SKIP LOCKED",
-        )
-        .await;
-    let text = plan.to_string();
-    assert!(
-        text.contains("outbox_ready_idx"),
-        "claim must use the partial ready index: {text}"
-    );
-    assert!(
-        !text.contains("Seq Scan") && !text.contains("\"Sort\""),
-        "no scan or sort: {text}"
-    );
+    let mut c = db.pool.acquire().await.unwrap();
+    for sizing in [sql::Sizing::Share, sql::Sizing::Running] {
+        let limit = sql::BatchLimit {
+            rows: 100,
+            bytes: 16 << 20,
+            sizing,
+        };
+        for (name, claim, args) in [
+            ("tx", sql::claim_tx_sql(limit), "(NULL, NULL)"),
+            (
+                "lease",
+                sql::claim_lease_sql(limit),
+                "(30000000, gen_random_uuid(), NULL, NULL)",
+            ),
+        ] {
+            sqlx::raw_sql(&format!("PREPARE ready_claim AS {claim}"))
+                .execute(&mut *c)
+                .await
+                .unwrap();
+            for mode in ["force_custom_plan", "force_generic_plan"] {
+                sqlx::raw_sql(&format!("SET plan_cache_mode = {mode}"))
+                    .execute(&mut *c)
+                    .await
+                    .unwrap();
+                let plan: serde_json::Value =
+                    sqlx::query_scalar(&format!("EXPLAIN (FORMAT JSON) EXECUTE ready_claim{args}"))
+                        .fetch_one(&mut *c)
+                        .await
+                        .unwrap();
+                let text = plan.to_string();
+                let what = format!("{name} {sizing:?} {mode}");
+                assert!(
+                    text.contains("\"Index Name\":\"outbox_ready_idx\""),
+                    "{what}: the claim must use the partial ready index: {text}"
+                );
+                assert!(
+                    !text.contains("Seq Scan") && !text.contains("\"Node Type\":\"Sort\""),
+                    "{what}: no scan or sort: {text}"
+                );
+            }
+            sqlx::raw_sql("DEALLOCATE ready_claim; RESET plan_cache_mode")
+                .execute(&mut *c)
+                .await
+                .unwrap();
+        }
+    }
 }
 
 #[tokio::test]
