@@ -385,12 +385,8 @@ pub async fn diagnose(
     }
     if let Some(relay) = &s.relay {
         out.push(lease_check(relay));
-        if let Some(sink) = s
-            .sink
-            .as_deref()
-            .filter(|k| crate::sink::Scheme::of(k) == Some(crate::sink::Scheme::Nats))
-        {
-            out.push(nats_check(sink, relay, s.connect_timeout).await);
+        if let Some(target) = s.sink.as_deref().and_then(crate::sink::nats::Target::of) {
+            out.push(nats_check(target, relay, s.connect_timeout).await);
         }
     }
     Ok(out)
@@ -1074,9 +1070,17 @@ fn lease_check(r: &RelaySettings) -> Check {
     }
 }
 
-async fn nats_check(sink: &str, r: &RelaySettings, timeout: Duration) -> Check {
+async fn nats_check(
+    target: Result<crate::sink::nats::Target, crate::exit::CodedError>,
+    r: &RelaySettings,
+    timeout: Duration,
+) -> Check {
     let horizon = r.retry_horizon();
-    match nats_duplicate_window(sink, timeout).await {
+    let window = match target {
+        Ok(t) => nats_duplicate_window(&t, timeout).await,
+        Err(e) => Err(anyhow::anyhow!(e.message)),
+    };
+    match window {
         Err(e) => check(
             "settings:nats_duplicate_window",
             Status::Warn,
@@ -1116,39 +1120,18 @@ async fn nats_check(sink: &str, r: &RelaySettings, timeout: Duration) -> Check {
 /// The JetStream stream that captures the sink's subject (placeholders filled with `doctor`), and
 /// its duplicate window. The credentials in the URL are used, never printed.
 async fn nats_duplicate_window(
-    sink: &str,
+    target: &crate::sink::nats::Target,
     timeout: Duration,
 ) -> anyhow::Result<(String, String, Duration)> {
-    let url = url::Url::parse(sink).map_err(|e| anyhow::anyhow!("invalid --sink nats://…: {e}"))?;
-    let host = url
-        .host_str()
-        .ok_or_else(|| anyhow::anyhow!("invalid --sink: a nats:// URL needs a host"))?;
-    let port = url.port().unwrap_or(4222);
-    let template = url
-        .query_pairs()
-        .find(|(k, _)| k == "subject")
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_else(|| crate::sink::nats::DEFAULT_SUBJECT.to_owned());
-    let subject = fill_placeholders(&template);
-    let decode = |s: &str| {
-        url::form_urlencoded::parse(format!("x={s}").as_bytes())
-            .next()
-            .map(|(_, v)| v.into_owned())
-            .unwrap_or_default()
-    };
-    let mut opts = async_nats::ConnectOptions::new()
+    let subject = target.template.sample("doctor");
+    let server = target.server();
+    let opts = async_nats::ConnectOptions::new()
         .connection_timeout(timeout)
         .name("outboxctl doctor");
-    if !url.username().is_empty() {
-        opts = match url.password() {
-            Some(p) => opts.user_and_password(decode(url.username()), decode(p)),
-            None => opts.token(decode(url.username())),
-        };
-    }
-    let client = tokio::time::timeout(timeout, opts.connect(format!("nats://{host}:{port}")))
+    let client = tokio::time::timeout(timeout, target.authenticate(opts).connect(server.clone()))
         .await
-        .map_err(|_| anyhow::anyhow!("connecting to nats://{host}:{port} timed out"))?
-        .map_err(|e| anyhow::anyhow!("cannot connect to nats://{host}:{port}: {e}"))?;
+        .map_err(|_| anyhow::anyhow!("connecting to {server} timed out"))?
+        .map_err(|e| anyhow::anyhow!("cannot connect to {server}: {e}"))?;
     let js = async_nats::jetstream::new(client);
     let name = tokio::time::timeout(timeout, js.stream_by_subject(subject.clone()))
         .await
@@ -1163,27 +1146,6 @@ async fn nats_duplicate_window(
         .await
         .map_err(|e| anyhow::anyhow!("stream {name}: {e}"))?;
     Ok((subject, name, info.config.duplicate_window))
-}
-
-/// A sample subject: each `{placeholder}` replaced by `doctor`.
-pub fn fill_placeholders(template: &str) -> String {
-    let mut out = String::new();
-    let mut rest = template;
-    while let Some(start) = rest.find('{') {
-        out.push_str(&rest[..start]);
-        match rest[start..].find('}') {
-            Some(end) => {
-                out.push_str("doctor");
-                rest = &rest[start + end + 1..];
-            }
-            None => {
-                out.push_str(&rest[start..]);
-                rest = "";
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 /// The `--json` output of `doctor` (docs/reference/json.md).
@@ -1228,12 +1190,15 @@ mod tests {
 
     #[test]
     fn placeholders_become_a_sample() {
-        assert_eq!(fill_placeholders("outbox.{event_type}"), "outbox.doctor");
-        assert_eq!(
-            fill_placeholders("a.{tenant_id}.{event_type}.b"),
-            "a.doctor.doctor.b"
-        );
-        assert_eq!(fill_placeholders("plain"), "plain");
+        let sample = |subject: &str| {
+            crate::sink::nats::Target::parse(&format!("nats://h?subject={subject}"))
+                .unwrap()
+                .template
+                .sample("doctor")
+        };
+        assert_eq!(sample("outbox.{event_type}"), "outbox.doctor");
+        assert_eq!(sample("a.{tenant_id}.{event_type}.b"), "a.doctor.doctor.b");
+        assert_eq!(sample("plain"), "plain");
     }
 
     #[test]

@@ -66,13 +66,6 @@ pub async fn build(
         },
     )
     .await?;
-    let scheme = crate::sink::Scheme::of(&args.sink);
-    if !args.http_headers.is_empty() && !scheme.is_some_and(crate::sink::Scheme::is_http) {
-        return Err(CodedError::usage("--http-header only applies to an http(s):// --sink").into());
-    }
-    if !args.kafka_properties.is_empty() && scheme != Some(crate::sink::Scheme::Kafka) {
-        return Err(CodedError::usage("--kafka-property only applies to a kafka:// --sink").into());
-    }
     let mode = match args.mode {
         RelayMode::Lease => Mode::Lease,
         RelayMode::Tx => Mode::Tx,

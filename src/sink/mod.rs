@@ -506,6 +506,16 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
             usage()
         )));
     };
+    if !opts.http_headers.is_empty() && !scheme.is_http() {
+        return Err(CodedError::usage(
+            "--http-header only applies to an http(s):// --sink",
+        ));
+    }
+    if !opts.kafka_properties.is_empty() && scheme != Scheme::Kafka {
+        return Err(CodedError::usage(
+            "--kafka-property only applies to a kafka:// --sink",
+        ));
+    }
     Ok(match scheme {
         Scheme::Stdout => {
             if stdout::is_dev_null() {

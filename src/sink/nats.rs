@@ -84,15 +84,32 @@ impl Problems {
 /// Subject template used when the URL has no `subject` parameter.
 pub const DEFAULT_SUBJECT: &str = "outbox.{event_type}";
 
-impl NatsSink {
-    /// Connects in the background: a NATS server that is down now only makes publishes fail
-    /// (and retry) until it is back.
-    pub async fn connect(spec: &str, timeout: Duration) -> Result<Self, CodedError> {
+/// What a `nats://` `--sink` names: the server, the subject template and the credentials (read
+/// from the URL, never printed). The one parser of it: the sink and `doctor` use it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    /// The subject template's text.
+    pub subject: String,
+    pub template: Template,
+    /// User and password, or a token alone (percent-decoded).
+    credentials: Option<(String, Option<String>)>,
+}
+
+impl Target {
+    /// The target of `spec` when it is a `nats://` sink (`None` for any other sink).
+    pub fn of(spec: &str) -> Option<Result<Self, CodedError>> {
+        (super::Scheme::of(spec) == Some(super::Scheme::Nats)).then(|| Self::parse(spec.trim()))
+    }
+
+    pub fn parse(spec: &str) -> Result<Self, CodedError> {
         let url = url::Url::parse(spec)
             .map_err(|e| CodedError::usage(format!("invalid --sink `nats://…`: {e}")))?;
         let host = url
             .host_str()
-            .ok_or_else(|| CodedError::usage("invalid --sink: a nats:// URL needs a host"))?;
+            .ok_or_else(|| CodedError::usage("invalid --sink: a nats:// URL needs a host"))?
+            .to_owned();
         let port = url.port().unwrap_or(4222);
         let subject = url
             .query_pairs()
@@ -109,9 +126,59 @@ impl NatsSink {
         }
         let template = Template::parse(&subject, &format!("invalid --sink: subject `{subject}`"))
             .map_err(CodedError::usage)?;
+        let credentials = (!url.username().is_empty()).then(|| {
+            (
+                percent_decode(url.username()),
+                url.password().map(percent_decode),
+            )
+        });
+        Ok(Self {
+            host,
+            port,
+            subject,
+            template,
+            credentials,
+        })
+    }
+
+    /// The server to connect to, without credentials.
+    pub fn server(&self) -> String {
+        format!("nats://{}:{}", self.host, self.port)
+    }
+
+    /// `opts` with the URL's credentials.
+    pub fn authenticate(&self, opts: async_nats::ConnectOptions) -> async_nats::ConnectOptions {
+        match &self.credentials {
+            None => opts,
+            Some((user, Some(password))) => opts.user_and_password(user.clone(), password.clone()),
+            Some((token, None)) => opts.token(token.clone()),
+        }
+    }
+
+    /// The sink's description: the credentials hidden.
+    fn display(&self) -> String {
+        format!(
+            "nats://{}{}:{}?subject={}",
+            if self.credentials.is_some() {
+                "***@"
+            } else {
+                ""
+            },
+            self.host,
+            self.port,
+            self.subject
+        )
+    }
+}
+
+impl NatsSink {
+    /// Connects in the background: a NATS server that is down now only makes publishes fail
+    /// (and retry) until it is back.
+    pub async fn connect(spec: &str, timeout: Duration) -> Result<Self, CodedError> {
+        let target = Target::parse(spec)?;
         let problems = Arc::new(Mutex::new(Problems::default()));
         let seen = Arc::clone(&problems);
-        let mut opts = async_nats::ConnectOptions::new()
+        let opts = async_nats::ConnectOptions::new()
             .connection_timeout(timeout)
             .retry_on_initial_connect()
             .name("outboxctl")
@@ -119,31 +186,18 @@ impl NatsSink {
                 let seen = Arc::clone(&seen);
                 async move { log_connection_event(&seen, &event) }
             });
-        if !url.username().is_empty() {
-            let user = percent_decode(url.username());
-            opts = match url.password() {
-                Some(p) => opts.user_and_password(user, percent_decode(p)),
-                None => opts.token(user),
-            };
-        }
+        let opts = target.authenticate(opts);
         let client = opts
-            .connect(format!("nats://{host}:{port}"))
+            .connect(target.server())
             .await
             .map_err(|e| CodedError::usage(format!("invalid --sink: {e}")))?;
         let mut js = jetstream::new(client);
         // The ack's own timeout comes first, so its error can name the cause.
         js.set_timeout(super::client_timeout(timeout));
-        let display = format!(
-            "nats://{}{host}:{port}?subject={subject}",
-            if url.username().is_empty() {
-                ""
-            } else {
-                "***@"
-            }
-        );
+        let display = target.display();
         Ok(Self {
             js,
-            subject: template,
+            subject: target.template,
             display,
             row_headers: HeaderPolicy::nats(),
             problems,
@@ -360,6 +414,27 @@ impl Sink for NatsSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_target_is_read_once_for_the_sink_and_doctor() {
+        let t = Target::parse("nats://u%40x:p%2Fw@h:4223?subject=a.{event_type}").unwrap();
+        assert_eq!(t.server(), "nats://h:4223");
+        assert_eq!(t.subject, "a.{event_type}");
+        assert_eq!(t.credentials, Some(("u@x".into(), Some("p/w".into()))));
+        assert_eq!(t.display(), "nats://***@h:4223?subject=a.{event_type}");
+        let t = Target::parse("nats://tok@h").unwrap();
+        assert_eq!(t.credentials, Some(("tok".into(), None)));
+        assert_eq!(t.subject, DEFAULT_SUBJECT);
+        assert_eq!(t.display(), "nats://***@h:4222?subject=outbox.{event_type}");
+        for bad in [
+            "nats://h?subject=a.*",
+            "nats://h?subject=a%20b",
+            "nats://h?subject=",
+            "nats://h?subject={nope}",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn an_ack_that_never_came_is_explained_by_what_the_server_said() {

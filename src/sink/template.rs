@@ -110,6 +110,18 @@ impl Template {
         out
     }
 
+    /// The template with every placeholder replaced by `value`: a sample of what it expands to
+    /// (`doctor` finds the JetStream stream that captures the NATS subject so).
+    pub fn sample(&self, value: &str) -> String {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.as_str(),
+                Part::Field(_) => value,
+            })
+            .collect()
+    }
+
     /// The literal text only (what a template without placeholders always expands to), for
     /// checks at start such as "no wildcard in the subject".
     pub fn literal_text(&self) -> String {

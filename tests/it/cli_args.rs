@@ -545,3 +545,53 @@ fn each_cause_of_an_error_is_printed_once() {
     assert_eq!(err.matches("error with configuration").count(), 1, "{err}");
     assert!(err.contains("unknown value \"bogus\""), "{err}");
 }
+
+/// A sink option given with a sink it does not apply to is a usage error, refused before any
+/// sink is built or any row claimed.
+#[test]
+fn sink_options_for_another_sink_are_refused() {
+    for (flag, value, sink, want) in [
+        (
+            "--http-header",
+            "X-A: b",
+            "null",
+            "--http-header only applies to an http(s):// --sink",
+        ),
+        (
+            "--http-header",
+            "X-A: b",
+            "kafka://127.0.0.1:1?topic=t",
+            "--http-header only applies",
+        ),
+        (
+            "--kafka-property",
+            "linger.ms=1",
+            "https://127.0.0.1:1/",
+            "--kafka-property only applies to a kafka:// --sink",
+        ),
+        (
+            "--kafka-property",
+            "linger.ms=1",
+            "nats://127.0.0.1:1",
+            "--kafka-property only applies",
+        ),
+    ] {
+        let out = run({
+            let mut c = bin();
+            c.args(["relay", "--once", "--sink", sink, flag, value])
+                .env("DATABASE_URL", base_url());
+            c
+        });
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flag} {sink}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains(want),
+            "{flag} {sink}: {}",
+            stderr(&out)
+        );
+    }
+}
