@@ -108,7 +108,10 @@ pub struct Report {
     pub fault: String,
     pub delivered: usize,
     pub lost: usize,
+    /// Deliveries beyond the first (for a sink that drops re-sends: publishes beyond the first).
     pub duplicates: usize,
+    /// For a sink that drops re-sends: the duplicates it stored.
+    pub stored_duplicates: Option<usize>,
     pub bound: usize,
     pub unexpected: usize,
     pub dead: usize,
@@ -239,6 +242,47 @@ impl Checker {
         bound: usize,
         recovery: Duration,
     ) -> Report {
+        let report = self.verdict(received, relays, fault, bound, recovery).await;
+        report.record();
+        report
+    }
+
+    /// [`Checker::check`] of a sink that drops re-sends itself (JetStream's `Nats-Msg-Id`
+    /// window): what it `stored` is checked for losses and strays, and the duplicates are those
+    /// among what was `sent` (every publish, as a plain subscriber of the subject saw it), so
+    /// the relay's re-sends are counted although the store hides them.
+    pub async fn check_sent(
+        &self,
+        stored: &[Vec<u8>],
+        sent: &[Vec<u8>],
+        relays: usize,
+        fault: &str,
+        bound: usize,
+        recovery: Duration,
+    ) -> Report {
+        let mut report = self.verdict(stored, relays, fault, bound, recovery).await;
+        report.stored_duplicates = Some(report.duplicates);
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for body in sent {
+            if let Ok(doc) = serde_json::from_slice::<Value>(body) {
+                if let Some(key) = doc["idempotency_key"].as_str() {
+                    *seen.entry(key.to_owned()).or_default() += 1;
+                }
+            }
+        }
+        report.duplicates = seen.values().map(|c| c - 1).sum();
+        report.record();
+        report
+    }
+
+    async fn verdict(
+        &self,
+        received: &[Vec<u8>],
+        relays: usize,
+        fault: &str,
+        bound: usize,
+        recovery: Duration,
+    ) -> Report {
         let produced = self.produced.lock().unwrap().clone();
         assert_eq!(produced.len(), self.events, "every event was produced");
         let mut seen: HashMap<String, usize> = HashMap::new();
@@ -302,7 +346,7 @@ impl Checker {
             examples.push(format!("undeserved dead letter: {k}"));
         }
         let poison = produced.values().filter(|p| p.poison).count();
-        let report = Report {
+        Report {
             scenario: self.scenario.clone(),
             events: self.events,
             relays,
@@ -310,6 +354,7 @@ impl Checker {
             delivered: seen.len(),
             lost,
             duplicates: seen.values().map(|c| c - 1).sum(),
+            stored_duplicates: None,
             bound,
             unexpected,
             dead: dead.len(),
@@ -317,17 +362,19 @@ impl Checker {
             poison,
             recovery,
             examples,
-        };
-        report.record();
-        report
+        }
     }
 }
 
 impl Report {
     /// The table row (markdown), as bench/faults.sh collects it.
     pub fn row(&self) -> String {
+        let stored = self
+            .stored_duplicates
+            .map(|n| format!(", {n} stored"))
+            .unwrap_or_default();
         format!(
-            "| {} | {} | {} | {} | {} | {} (≤ {}) | {} | {} ({} poison) | {:.1} s |",
+            "| {} | {} | {} | {} | {} | {} (≤ {}{stored}) | {} | {} ({} poison) | {:.1} s |",
             self.scenario,
             self.events,
             self.relays,

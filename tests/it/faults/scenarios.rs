@@ -288,12 +288,72 @@ async fn jetstream_messages(port: u16, stream: &str) -> Vec<Vec<u8>> {
     if state.messages == 0 {
         return out;
     }
+    // The stream has no limits, so nothing was removed: every sequence must be there.
     for seq in state.first_sequence..=state.last_sequence {
-        if let Ok(m) = s.get_raw_message(seq).await {
-            out.push(m.payload.to_vec());
-        }
+        let m = s
+            .get_raw_message(seq)
+            .await
+            .unwrap_or_else(|e| panic!("{stream}: message {seq} of {state:?}: {e}"));
+        out.push(m.payload.to_vec());
     }
     out
+}
+
+/// A plain (core NATS) subscriber of `subject`: every publish the server routes, re-sends that
+/// JetStream drops as duplicates included. `finish` publishes a marker after the run and returns
+/// what came before it. Messages published while the subscriber itself was cut off (the server
+/// stopped) are missed, so its count of re-sends is a lower bound.
+struct PublishTap {
+    client: async_nats::Client,
+    marker: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl PublishTap {
+    async fn start(port: u16, prefix: &str) -> Self {
+        let client = async_nats::connect(format!("127.0.0.1:{port}"))
+            .await
+            .unwrap();
+        let mut sub = client.subscribe(format!("{prefix}.>")).await.unwrap();
+        client.flush().await.unwrap();
+        let marker = format!("{prefix}.tap-marker");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, done) = tokio::sync::oneshot::channel();
+        let (into, end) = (seen.clone(), marker.clone());
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            while let Some(m) = sub.next().await {
+                if m.subject.as_str() == end {
+                    let _ = tx.send(());
+                    return;
+                }
+                into.lock().unwrap().push(m.payload.to_vec());
+            }
+        });
+        Self {
+            client,
+            marker,
+            seen,
+            done,
+        }
+    }
+
+    async fn finish(self) -> Vec<Vec<u8>> {
+        // The relays have stopped: what they published was routed before this (echo is on, so
+        // the tap's own connection hears its marker).
+        self.client
+            .publish(self.marker.clone(), "".into())
+            .await
+            .unwrap();
+        self.client.flush().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.done)
+            .await
+            .expect("the tap's marker came back")
+            .unwrap();
+        let seen = self.seen.lock().unwrap().clone();
+        seen
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,6 +383,7 @@ async fn nats_down_and_frozen() {
         let mut load = Load::new().poison(97);
         load.poison_pad = 10_000;
         let sink = format!("nats://127.0.0.1:{port}?subject={prefix}.{{event_type}}");
+        let tap = PublishTap::start(port, &prefix).await;
         let nats_ref = std::cell::RefCell::new(&mut nats);
         let (relays, recovery) = broker_drain(
             &mut ck,
@@ -341,10 +402,13 @@ async fn nats_down_and_frozen() {
         .await;
         let received = jetstream_messages(port, &prefix.to_uppercase()).await;
         // JetStream drops a re-publish with a known Nats-Msg-Id (the idempotency key) within
-        // its duplicate window, so even a re-sent batch should not show here.
+        // its duplicate window, so a re-sent batch does not show in the stream: the relay's
+        // re-sends are counted from what the tap saw published.
+        let sent = tap.finish().await;
         let report = ck
-            .check(
+            .check_sent(
                 &received,
+                &sent,
                 BROKER_RELAYS,
                 &fault.describe("nats-server", HOLD),
                 BROKER_BOUND,
