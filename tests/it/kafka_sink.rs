@@ -56,10 +56,33 @@ fn consumer(bootstrap: &str) -> BaseConsumer {
         .expect("consumer")
 }
 
+/// Whether the consumer's position in every partition of `tpl` has reached its high watermark.
+fn at_high_watermarks(c: &BaseConsumer, tpl: &TopicPartitionList) -> bool {
+    let Ok(positions) = c.position() else {
+        return false;
+    };
+    tpl.elements().iter().all(|e| {
+        let Ok((_, high)) = c.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(10))
+        else {
+            return false;
+        };
+        let at = positions
+            .find_partition(e.topic(), e.partition())
+            .and_then(|p| match p.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            })
+            .unwrap_or(0);
+        high <= 0 || at >= high
+    })
+}
+
 /// Every record of `topics` on the broker at `bootstrap`: all partitions assigned from the
-/// beginning, read until at least `expected` records came and then none for a second more (so
-/// a duplicate or a stray record would be seen). Tansu's watermarks count batches, not records,
-/// so they cannot say where a partition ends.
+/// beginning, read until at least `expected` records came, every partition's position has
+/// reached its high watermark, and then none came for a second more (so a duplicate or a stray
+/// record would be seen). The watermark is only a floor here: Tansu's is the base offset of a
+/// partition's last batch plus one (15 records in batches of 10 and 5: high watermark 11, records
+/// at offsets 0-14), so it cannot say where a partition ends.
 pub(crate) fn read_all(bootstrap: &str, topics: &[String], expected: usize) -> Vec<Record> {
     let c = consumer(bootstrap);
     let mut tpl = TopicPartitionList::new();
@@ -77,7 +100,10 @@ pub(crate) fn read_all(bootstrap: &str, topics: &[String], expected: usize) -> V
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut quiet_since = Instant::now();
     loop {
-        if out.len() >= expected && quiet_since.elapsed() >= Duration::from_secs(1) {
+        if out.len() >= expected
+            && quiet_since.elapsed() >= Duration::from_secs(1)
+            && at_high_watermarks(&c, &tpl)
+        {
             return out;
         }
         assert!(
