@@ -75,10 +75,6 @@ impl Consumer {
     pub fn processed(&self) -> Vec<Vec<u8>> {
         self.processed.lock().unwrap().clone()
     }
-
-    pub fn count(&self) -> usize {
-        self.processed.lock().unwrap().len()
-    }
 }
 
 impl Drop for Consumer {
