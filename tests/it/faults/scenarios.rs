@@ -114,6 +114,14 @@ async fn pg_terminate_backend_of_every_relay_backend_repeatedly() {
         producers.await.unwrap();
         relays.assert_running();
         relays.stop();
+        // The fault was felt: the relays met the terminated connections (else this run tested
+        // nothing of the reconnection).
+        let logs = relays.logs();
+        assert!(
+            logs.contains("terminating connection due to administrator command"),
+            "{mode}: no relay met a terminated connection:\n{}",
+            &logs[logs.len().saturating_sub(4000)..]
+        );
         // Lease mode: the settle is retried on a live connection within the lease (nothing
         // sent again). Tx mode: a termination rolls back each relay's open claims, published
         // perhaps but not committed: at most its pipeline depth of batches (the file sink's
