@@ -22,6 +22,9 @@ pub enum Behaviour {
     CloseAfterBody,
     /// Reads the body and answers this status without processing it (e.g. 429: rate limited).
     Refuse(u16),
+    /// Processes the request, then holds the response until the behaviour changes (so a
+    /// scenario can act while a given relay is known to be mid-publish: [`Consumer::holding`]).
+    Hold,
 }
 
 pub struct Consumer {
@@ -29,6 +32,8 @@ pub struct Consumer {
     behaviour: Arc<Mutex<Behaviour>>,
     /// Every body the consumer processed (one entry per delivery).
     processed: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// The client ports of the requests held unanswered now ([`Behaviour::Hold`]).
+    held: Arc<Mutex<Vec<u16>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -38,10 +43,12 @@ impl Consumer {
         let port = listener.local_addr().unwrap().port();
         let behaviour = Arc::new(Mutex::new(Behaviour::Normal));
         let processed = Arc::new(Mutex::new(Vec::new()));
+        let held = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (b, p, s) = (
+        let (b, p, h, s) = (
             Arc::clone(&behaviour),
             Arc::clone(&processed),
+            Arc::clone(&held),
             Arc::clone(&stop),
         );
         std::thread::spawn(move || {
@@ -50,9 +57,9 @@ impl Consumer {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
-                let (b, p) = (Arc::clone(&b), Arc::clone(&p));
+                let (b, p, h) = (Arc::clone(&b), Arc::clone(&p), Arc::clone(&h));
                 std::thread::spawn(move || {
-                    let _ = serve(conn, &b, &p);
+                    let _ = serve(conn, &b, &p, &h);
                 });
             }
         });
@@ -60,12 +67,22 @@ impl Consumer {
             port,
             behaviour,
             processed,
+            held,
             stop,
         }
     }
 
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/events", self.port)
+    }
+
+    /// Whether a request from one of `ports` (a relay's client ports) is held unanswered now.
+    pub fn holding(&self, ports: &[i32]) -> bool {
+        self.held
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|p| ports.contains(&i32::from(*p)))
     }
 
     pub fn set(&self, b: Behaviour) {
@@ -88,7 +105,9 @@ fn serve(
     conn: TcpStream,
     behaviour: &Mutex<Behaviour>,
     processed: &Mutex<Vec<Vec<u8>>>,
+    held: &Mutex<Vec<u16>>,
 ) -> std::io::Result<()> {
+    let peer = conn.peer_addr()?.port();
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut writer = conn;
     loop {
@@ -138,6 +157,14 @@ fn serve(
         match b {
             Behaviour::CloseAfterBody => return Ok(()),
             Behaviour::Slow(d) => std::thread::sleep(d),
+            Behaviour::Hold => {
+                held.lock().unwrap().push(peer);
+                // The pace of a poll of the switch, not a synchronisation.
+                while *behaviour.lock().unwrap() == Behaviour::Hold {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                held.lock().unwrap().retain(|p| *p != peer);
+            }
             _ => {}
         }
         writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")?;

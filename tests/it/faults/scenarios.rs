@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::http::{Behaviour, Consumer};
 use super::servers::{file_deliveries, ChildServer, PgBouncer, RabbitNode};
 use super::{relay_cmd, Checker, Load, Relays, DEPTH};
-use crate::common::{signal, TestDb};
+use crate::common::{signal, wait_until, TestDb};
 use crate::pg_cluster::PgCluster;
 
 const SETTLE: Duration = Duration::from_secs(180);
@@ -45,6 +45,32 @@ async fn terminate_backends(db: &TestDb, children: &[Child]) -> i64 {
     .unwrap()
 }
 
+/// Waits until `victim` has a transaction open in the database (a tx-mode claim not yet
+/// committed), so a kill now lands mid-batch.
+async fn held_claim_in_tx(db: &TestDb, victim: &Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ports = crate::relay::client_ports(victim);
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE client_port = ANY($1) AND xact_start IS NOT NULL
+                AND state IN ('active', 'idle in transaction')",
+        )
+        .bind(ports)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if open > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tx: the victim never held a claim"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_one_of_four_relays_mid_batch() {
     for mode in ["lease", "tx"] {
@@ -58,13 +84,47 @@ async fn kill_9_of_one_of_four_relays_mid_batch() {
         ck.wait_progress(load.events / 3).await;
         ck.assert_mid_drain().await;
         let mut victim = relays.children.remove(0);
+        // Killed holding a claim it has published in part: the consumer holds its answers
+        // until one of the victim's requests is among them.
+        consumer.set(Behaviour::Hold);
+        wait_until(
+            Duration::from_secs(30),
+            "a request of the victim held",
+            || {
+                // Read each time: the victim may open a connection while held.
+                let held = consumer.holding(&crate::relay::client_ports(&victim));
+                async move { held }
+            },
+        )
+        .await;
+        if mode == "tx" {
+            // In tx mode that claim is a transaction still open in the database.
+            held_claim_in_tx(&ck.db, &victim).await;
+        }
         signal(&victim, "KILL");
         let _ = victim.wait();
+        consumer.set(Behaviour::Normal);
         let end = Instant::now();
         let recovery = ck.wait_settled(end, SETTLE).await;
         producers.await.unwrap();
         relays.assert_running();
         relays.stop();
+        if mode == "lease" {
+            // The fault was felt: the victim died holding leased rows, which another relay
+            // claimed again once the lease ran out (a second attempt of an event that never
+            // failed; the poison events are dead, not published).
+            let reclaimed: i64 = ck
+                .db
+                .scalar(
+                    "SELECT count(*) FROM outbox
+                      WHERE published_at IS NOT NULL AND attempt_count >= 2 AND last_error IS NULL",
+                )
+                .await;
+            assert!(
+                reclaimed > 0,
+                "lease: the victim held no claim when it died"
+            );
+        }
         // The killed relay's batches in flight (`DEPTH`): published, never marked, sent again
         // after their lease (lease mode) or their rolled-back claim (tx mode).
         let report = ck
