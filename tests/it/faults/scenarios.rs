@@ -345,7 +345,22 @@ async fn broker_drain(
     relays.assert_running();
     relays.stop();
     assert_claimed_in(&ck.db, mode).await;
+    // The fault was felt: a relay met the outage and opened its circuit (else the run would
+    // have tested nothing of it).
+    let logs = relays.logs();
+    assert!(
+        logs.contains("sink unavailable: pausing claims"),
+        "{}: no relay met the broker's outage:\n{}",
+        ck.scenario,
+        tail_of(&logs)
+    );
     (relays, recovery)
+}
+
+/// The last lines of `logs`, for a failure message.
+fn tail_of(logs: &str) -> String {
+    let lines: Vec<&str> = logs.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 /// Every message of a JetStream stream, in order.
