@@ -86,7 +86,7 @@ pub const DEFAULT_SUBJECT: &str = "outbox.{event_type}";
 
 /// What a `nats://` `--sink` names: the server, the subject template and the credentials (read
 /// from the URL, never printed). The one parser of it: the sink and `doctor` use it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Target {
     pub host: String,
     pub port: u16,
@@ -95,6 +95,17 @@ pub struct Target {
     pub template: Template,
     /// User and password, or a token alone (percent-decoded).
     credentials: Option<(String, Option<String>)>,
+}
+
+/// The credentials never show, in a log line or a panic alike.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("server", &self.server())
+            .field("subject", &self.subject)
+            .field("credentials", &self.credentials.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 impl Target {
@@ -422,6 +433,8 @@ mod tests {
         assert_eq!(t.subject, "a.{event_type}");
         assert_eq!(t.credentials, Some(("u@x".into(), Some("p/w".into()))));
         assert_eq!(t.display(), "nats://***@h:4223?subject=a.{event_type}");
+        let debug = format!("{t:?}");
+        assert!(!debug.contains("p/w") && !debug.contains("u@x"), "{debug}");
         let t = Target::parse("nats://tok@h").unwrap();
         assert_eq!(t.credentials, Some(("tok".into(), None)));
         assert_eq!(t.subject, DEFAULT_SUBJECT);

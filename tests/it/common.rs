@@ -395,20 +395,7 @@ pub async fn assert_tid_lookup(
     target: (&str, &str),
     by_id: &[&str],
 ) {
-    sqlx::raw_sql(&format!("PREPARE tid_lookup AS {sql}"))
-        .execute(&mut *c)
-        .await
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    for mode in ["force_custom_plan", "force_generic_plan"] {
-        sqlx::raw_sql(&format!("SET plan_cache_mode = {mode}"))
-            .execute(&mut *c)
-            .await
-            .unwrap();
-        let plan: serde_json::Value =
-            sqlx::query_scalar(&format!("EXPLAIN (FORMAT JSON) EXECUTE tid_lookup{args}"))
-                .fetch_one(&mut *c)
-                .await
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
+    for (mode, plan) in explain_custom_and_generic(c, what, sql, args).await {
         let nodes = plan_nodes(&plan[0]["Plan"]);
         let modify: Vec<_> = nodes
             .iter()
@@ -459,8 +446,36 @@ pub async fn assert_tid_lookup(
             );
         }
     }
-    sqlx::raw_sql("DEALLOCATE tid_lookup; RESET plan_cache_mode")
+}
+
+/// `EXPLAIN (FORMAT JSON)` of the statement `sql` PREPAREd on `c` and executed with `args`, as a
+/// custom and as a generic plan: `(plan_cache_mode, plan)` for each.
+pub async fn explain_custom_and_generic(
+    c: &mut sqlx::PgConnection,
+    what: &str,
+    sql: &str,
+    args: &str,
+) -> Vec<(&'static str, serde_json::Value)> {
+    sqlx::raw_sql(&format!("PREPARE explained AS {sql}"))
+        .execute(&mut *c)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut plans = Vec::new();
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        sqlx::raw_sql(&format!("SET plan_cache_mode = {mode}"))
+            .execute(&mut *c)
+            .await
+            .unwrap();
+        let plan: serde_json::Value =
+            sqlx::query_scalar(&format!("EXPLAIN (FORMAT JSON) EXECUTE explained{args}"))
+                .fetch_one(&mut *c)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+        plans.push((mode, plan));
+    }
+    sqlx::raw_sql("DEALLOCATE explained; RESET plan_cache_mode")
         .execute(&mut *c)
         .await
         .unwrap();
+    plans
 }

@@ -157,22 +157,12 @@ async fn claim_uses_the_ready_index_not_published_history() {
                 "(30000000, gen_random_uuid(), NULL, NULL)",
             ),
         ] {
-            sqlx::raw_sql(&format!("PREPARE ready_claim AS {claim}"))
-                .execute(&mut *c)
-                .await
-                .unwrap();
-            for mode in ["force_custom_plan", "force_generic_plan"] {
-                sqlx::raw_sql(&format!("SET plan_cache_mode = {mode}"))
-                    .execute(&mut *c)
-                    .await
-                    .unwrap();
-                let plan: serde_json::Value =
-                    sqlx::query_scalar(&format!("EXPLAIN (FORMAT JSON) EXECUTE ready_claim{args}"))
-                        .fetch_one(&mut *c)
-                        .await
-                        .unwrap();
+            let what = format!("{name} {sizing:?}");
+            for (mode, plan) in
+                crate::common::explain_custom_and_generic(&mut c, &what, &claim, args).await
+            {
                 let text = plan.to_string();
-                let what = format!("{name} {sizing:?} {mode}");
+                let what = format!("{what} {mode}");
                 assert!(
                     text.contains("\"Index Name\":\"outbox_ready_idx\""),
                     "{what}: the claim must use the partial ready index: {text}"
@@ -182,10 +172,6 @@ async fn claim_uses_the_ready_index_not_published_history() {
                     "{what}: no scan or sort: {text}"
                 );
             }
-            sqlx::raw_sql("DEALLOCATE ready_claim; RESET plan_cache_mode")
-                .execute(&mut *c)
-                .await
-                .unwrap();
         }
     }
 }
