@@ -721,6 +721,20 @@ async fn survives_pg_terminate_backend_mid_run() {
 /// The local ports of `child`'s TCP connections (Linux /proc), to find its server backends in
 /// pg_stat_activity.client_port.
 pub(crate) fn client_ports(child: &std::process::Child) -> Vec<i32> {
+    socket_ports(child, 1)
+}
+
+/// The remote ports of `child`'s established TCP connections (Linux /proc): what it is
+/// connected to (a listening socket has no remote port).
+pub(crate) fn server_ports(child: &std::process::Child) -> Vec<i32> {
+    socket_ports(child, 2)
+        .into_iter()
+        .filter(|&p| p != 0)
+        .collect()
+}
+
+/// One port column (1: local, 2: remote) of `child`'s TCP connections in /proc/PID/net/tcp*.
+fn socket_ports(child: &std::process::Child, column: usize) -> Vec<i32> {
     let pid = child.id();
     let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|dir| {
@@ -740,7 +754,7 @@ pub(crate) fn client_ports(child: &std::process::Child) -> Vec<i32> {
         for line in text.lines().skip(1) {
             let cols: Vec<&str> = line.split_whitespace().collect();
             if cols.len() > 9 && inodes.contains(cols[9]) {
-                if let Some(port) = cols[1]
+                if let Some(port) = cols[column]
                     .rsplit(':')
                     .next()
                     .and_then(|p| i32::from_str_radix(p, 16).ok())

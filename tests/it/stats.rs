@@ -646,26 +646,47 @@ async fn no_statement_scans_published_history() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The command reads its figures in one read-only snapshot with JIT off: the statements it sends
+/// (sqlx's statement log, which `OUTBOXCTL_LOG` lets through) open the transaction with that
+/// setting before the first figure and end it after the last.
 #[tokio::test]
 async fn figures_are_read_in_one_read_only_snapshot_without_jit() {
     let db = TestDb::new().await;
-    let mut conn = db.pool.acquire().await.unwrap();
-    let mut tx = outboxctl::db::stats::snapshot(&mut conn).await.unwrap();
-    let (iso, ro, jit): (String, String, String) = sqlx::query_as(
-        "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only'),
-                current_setting('jit')",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    assert_eq!(
-        (iso.as_str(), ro.as_str(), jit.as_str()),
-        ("repeatable read", "on", "off")
-    );
-    tx.rollback().await.unwrap();
-    let jit: String = sqlx::query_scalar("SELECT current_setting('jit')")
-        .fetch_one(&mut *conn)
-        .await
+    db.seed_ready(3).await;
+    let out = db
+        .cmd()
+        .env("OUTBOXCTL_LOG", "sqlx::query=debug")
+        .args(["stats", "--json"])
+        .output()
         .unwrap();
-    assert_ne!(jit, "off", "only the snapshot's transaction turns JIT off");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = stderr(&out);
+    let lines: Vec<&str> = log.lines().collect();
+    let at = |what: &str, from: usize| {
+        lines[from..]
+            .iter()
+            .position(|l| l.contains(what))
+            .map(|i| i + from)
+            .unwrap_or_else(|| panic!("no statement {what} after line {from}:\n{log}"))
+    };
+    let begin = at(
+        "db.statement=\"\\n\\nSET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL jit = off\\n\"",
+        0,
+    );
+    let mut last = begin;
+    for (name, sql) in outboxctl::db::stats::statements(GroupBy::None) {
+        let logged = format!("db.statement={:?}", format!("\n\n{sql}\n"));
+        let i = at(&logged, begin);
+        assert!(
+            !lines[begin..i]
+                .iter()
+                .any(|l| l.contains("summary=\"COMMIT\"") || l.contains("summary=\"ROLLBACK\"")),
+            "{name} ran after the snapshot ended:\n{log}"
+        );
+        last = last.max(i);
+    }
+    let end = lines[last..]
+        .iter()
+        .position(|l| l.contains("summary=\"COMMIT\"") || l.contains("summary=\"ROLLBACK\""));
+    assert!(end.is_some(), "the snapshot never ended:\n{log}");
 }

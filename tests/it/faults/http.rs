@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +34,9 @@ pub struct Consumer {
     processed: Arc<Mutex<Vec<Vec<u8>>>>,
     /// The client ports of the requests held unanswered now ([`Behaviour::Hold`]).
     held: Arc<Mutex<Vec<u16>>>,
+    /// Requests that arrived while a behaviour other than [`Behaviour::Normal`] was set: the
+    /// proof that a scenario's fault reached a relay.
+    faulted: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 }
 
@@ -44,11 +47,13 @@ impl Consumer {
         let behaviour = Arc::new(Mutex::new(Behaviour::Normal));
         let processed = Arc::new(Mutex::new(Vec::new()));
         let held = Arc::new(Mutex::new(Vec::new()));
+        let faulted = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (b, p, h, s) = (
+        let (b, p, h, f, s) = (
             Arc::clone(&behaviour),
             Arc::clone(&processed),
             Arc::clone(&held),
+            Arc::clone(&faulted),
             Arc::clone(&stop),
         );
         std::thread::spawn(move || {
@@ -57,9 +62,14 @@ impl Consumer {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
-                let (b, p, h) = (Arc::clone(&b), Arc::clone(&p), Arc::clone(&h));
+                let (b, p, h, f) = (
+                    Arc::clone(&b),
+                    Arc::clone(&p),
+                    Arc::clone(&h),
+                    Arc::clone(&f),
+                );
                 std::thread::spawn(move || {
-                    let _ = serve(conn, &b, &p, &h);
+                    let _ = serve(conn, &b, &p, &h, &f);
                 });
             }
         });
@@ -68,6 +78,7 @@ impl Consumer {
             behaviour,
             processed,
             held,
+            faulted,
             stop,
         }
     }
@@ -89,6 +100,11 @@ impl Consumer {
         *self.behaviour.lock().unwrap() = b;
     }
 
+    /// Requests a fault behaviour met so far (a scenario asserts its fault was felt).
+    pub fn faulted(&self) -> usize {
+        self.faulted.load(Ordering::SeqCst)
+    }
+
     pub fn processed(&self) -> Vec<Vec<u8>> {
         self.processed.lock().unwrap().clone()
     }
@@ -106,6 +122,7 @@ fn serve(
     behaviour: &Mutex<Behaviour>,
     processed: &Mutex<Vec<Vec<u8>>>,
     held: &Mutex<Vec<u16>>,
+    faulted: &AtomicUsize,
 ) -> std::io::Result<()> {
     let peer = conn.peer_addr()?.port();
     let mut reader = BufReader::new(conn.try_clone()?);
@@ -130,6 +147,9 @@ fn serve(
             }
         }
         let b = *behaviour.lock().unwrap();
+        if b != Behaviour::Normal {
+            faulted.fetch_add(1, Ordering::SeqCst);
+        }
         if b == Behaviour::Reset {
             // Unread bytes in the receive buffer make the close a RST.
             drop(reader);

@@ -16,6 +16,7 @@
 //! - the relays' clocks off by an hour (libfaketime);
 //! - disk full under the file sink.
 
+use std::collections::BTreeSet;
 use std::process::{Child, Command};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -238,10 +239,30 @@ async fn postgres_restart_during_a_drain() {
         producers.await.unwrap();
         relays.assert_running();
         relays.stop();
+        // The fault was felt: a relay lost its connection to the restarting server (a step or
+        // a settle failed, or a claim was rolled back), else this run tested no reconnection.
+        let logs = relays.logs();
+        assert!(
+            logs.lines().any(|l| [
+                "relay step failed",
+                "marking a published batch failed",
+                "the connection was lost",
+            ]
+            .iter()
+            .any(|m| l.contains(m))),
+            "{mode}: no relay met the restart:\n{}",
+            tail_of(&logs)
+        );
+        // Lease mode: the settle is retried on a live connection within the lease. Tx mode: the
+        // restart rolls back each relay's open claims, at most its pipeline depth of batches (the
+        // file sink's default, 1).
+        let depth = outboxctl::sink::Sink::default_pipeline_depth(
+            &outboxctl::sink::file::FileSink::open(&paths[0].display().to_string()).unwrap(),
+        ) as usize;
         let bound = if mode == "lease" {
             0
         } else {
-            2 * DEPTH * batch
+            paths.len() * depth * batch
         };
         let files: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
         let report = ck
@@ -1037,6 +1058,18 @@ async fn http_consumer_slow_resetting_and_closing_before_the_response() {
         producers.await.unwrap();
         relays.assert_running();
         relays.stop();
+        // The fault was felt: requests met it at the consumer, and a relay saw them fail (a
+        // publish failed, or the circuit opened on them).
+        let logs = relays.logs();
+        assert!(
+            consumer.faulted() > 0
+                && logs
+                    .lines()
+                    .any(|l| l.contains("sink unavailable") || l.contains("the sink failed")),
+            "{name}: the fault was not felt: {} requests met it\n{}",
+            consumer.faulted(),
+            tail_of(&logs)
+        );
         // Only a delivery the consumer processed without answering can come again: none when
         // it resets (it processes nothing), at most what the configuration lets the relays send
         // during the fault otherwise.
@@ -1151,8 +1184,31 @@ async fn prune_in_a_loop_and_requeue_while_relays_run() {
     report.assert_ok(&relays.logs());
 }
 
-/// Ten `migrate` processes at once: all exit 0, each migration is recorded once.
+/// Ten `migrate` processes at once: all exit 0, each migration is recorded once, and they did
+/// race (the fault was felt): one of them waited for another's migrate lock.
 async fn ten_migrates(db: &TestDb) {
+    let waited = Arc::new(AtomicBool::new(false));
+    let watch = {
+        let (pool, waited, schema) = (db.pool.clone(), Arc::clone(&waited), db.schema.clone());
+        tokio::spawn(async move {
+            loop {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_locks
+                      WHERE locktype = 'advisory' AND NOT granted AND objid::int = hashtext($1)",
+                )
+                .bind(&schema)
+                .fetch_one(&pool)
+                .await
+                .unwrap_or(0);
+                if n > 0 {
+                    waited.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+                // The pace of a watch, not a synchronisation.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
     let children: Vec<Child> = (0..10)
         .map(|_| {
             db.cmd()
@@ -1174,6 +1230,11 @@ async fn ten_migrates(db: &TestDb) {
     let (versions, distinct): (i64, i64) = db
         .row("SELECT count(*), count(DISTINCT version) FROM _sqlx_migrations WHERE success")
         .await;
+    watch.abort();
+    assert!(
+        waited.load(std::sync::atomic::Ordering::SeqCst),
+        "no migrate waited for another's lock: they did not race"
+    );
     assert_eq!(versions, distinct, "a migration recorded twice");
     assert_eq!(
         versions as usize,
@@ -1266,6 +1327,21 @@ async fn relay_clocks_off_by_an_hour_change_nothing() {
     let recovery = ck.wait_settled(start, SETTLE).await;
     producers.await.unwrap();
     relays.assert_running();
+    // The fault was felt: each relay's own clock is off (its log lines' timestamps).
+    for (i, offset) in [3600i64, -3600].into_iter().enumerate() {
+        let logs = relays.logs();
+        let stamp = logs
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("[{i}] ")))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .unwrap_or_else(|| panic!("relay {i} logged no timestamped line:\n{logs}"));
+        let skew = stamp.timestamp() - chrono::Utc::now().timestamp();
+        assert!(
+            (skew - offset).abs() < 600,
+            "relay {i}'s clock is {skew}s off, not {offset}s: libfaketime did not reach it"
+        );
+    }
     relays.stop();
     // Due times come from the database clock: nothing was published before it was due.
     let early: i64 = ck
@@ -1302,7 +1378,12 @@ async fn file_sink_disk_full() {
     });
     let producers = ck.produce(&load);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !relays.logs().contains("sink unavailable") {
+    // The fault was felt: the relay's circuit opened on the full disk (ENOSPC).
+    while !relays
+        .logs()
+        .lines()
+        .any(|l| l.contains("sink unavailable") && l.contains("No space left on device"))
+    {
         assert!(
             Instant::now() < deadline,
             "no outage on a full disk\n{}",
@@ -1459,7 +1540,16 @@ async fn behind_pgbouncer_relay_prune_and_requeue() {
         db,
         &format!("PgBouncer {}.{} {pool_mode} pool", version.0, version.1),
     );
-    let relays = pgbouncer_scenario(ck, &url, &[], ["lease", "lease"], pool_mode, None).await;
+    let relays = pgbouncer_scenario(
+        ck,
+        bouncer.port,
+        &url,
+        &[],
+        ["lease", "lease"],
+        pool_mode,
+        None,
+    )
+    .await;
     drop(relays);
     drop(bouncer);
 }
@@ -1468,6 +1558,7 @@ async fn behind_pgbouncer_relay_prune_and_requeue() {
 /// pooler at `url` with the environment `env`, poison every 50th event; lost = 0, no duplicate.
 async fn pgbouncer_scenario(
     mut ck: Checker,
+    pooler_port: u16,
     url: &str,
     env: &[(&str, &str)],
     modes: [&str; 2],
@@ -1492,6 +1583,17 @@ async fn pgbouncer_scenario(
     });
     let producers = ck.produce(&load);
     ck.wait_progress(load.events / 10).await;
+    // The pooler is in the way: every relay is connected to it and to nothing else but the
+    // consumer (a relay that went to the server directly would test nothing of the pooler).
+    for (i, relay) in relays.children.iter().enumerate() {
+        let peers: BTreeSet<i32> = crate::relay::server_ports(relay).into_iter().collect();
+        let pooler = i32::from(pooler_port);
+        assert!(
+            peers.contains(&pooler)
+                && peers.is_subset(&BTreeSet::from([pooler, i32::from(consumer.port)])),
+            "relay {i} is connected to ports {peers:?}, not through the pooler on {pooler}"
+        );
+    }
     if let Some(port) = metrics_port {
         // The probes' statements go through the pooler too.
         let get = |path: &'static str| async move {
@@ -1655,6 +1757,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
     };
     let relays = pgbouncer_scenario(
         ck,
+        bouncer.port,
         &url,
         &pooled,
         ["lease", "tx"],
