@@ -47,7 +47,7 @@ exit_codes! {
     FAILURE = 1;
     /// Bad usage or bad input (flags, JSON lines, ids): nothing was changed.
     USAGE = 2;
-    /// The database could not be reached (or rejected the login).
+    /// The database could not be reached (or rejected the login, or is older than PostgreSQL 14).
     DATABASE = 3;
     /// Another run holds the lock (e.g. an overlapping `prune` from cron).
     LOCKED = 4;

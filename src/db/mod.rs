@@ -273,6 +273,43 @@ fn connect_error(cfg: &DbConfig, err: impl std::fmt::Display) -> CodedError {
     ))
 }
 
+/// The oldest PostgreSQL major version outboxctl runs on: the relay's claims size rows with
+/// `pg_column_compression` (PostgreSQL 14), so below it `migrate` would succeed and every relay
+/// then fail. Every command refuses such a server at connect instead. The supported range,
+/// [`MIN_SERVER_MAJOR`] to 18, is what CI's version smoke runs against (tests/it/versions.rs).
+pub const MIN_SERVER_MAJOR: u32 = 14;
+
+/// A `server_version_num` as people write it: `13.23` (from 10 on), `9.6.24` before.
+pub fn version_text(num: u32) -> String {
+    if num >= 100_000 {
+        format!("{}.{}", num / 10_000, num % 10_000)
+    } else {
+        format!("{}.{}.{}", num / 10_000, num / 100 % 100, num % 100)
+    }
+}
+
+/// Refuses a server older than [`MIN_SERVER_MAJOR`] (exit 3, one line naming both versions).
+/// The version comes with the login (`server_version`); a pooler that does not pass it on is
+/// asked once.
+async fn check_server_version(conn: &mut PgConnection, cfg: &DbConfig) -> Result<(), CodedError> {
+    let num = match conn.server_version_num() {
+        Some(n) => n,
+        None => sqlx::query_scalar::<_, i32>("SELECT current_setting('server_version_num')::int")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| connect_error(cfg, e))?
+            .max(0) as u32,
+    };
+    if num / 10_000 < MIN_SERVER_MAJOR {
+        return Err(CodedError::database(format!(
+            "PostgreSQL {} at {} is not supported: outboxctl needs PostgreSQL {MIN_SERVER_MAJOR} or later",
+            version_text(num),
+            cfg.display
+        )));
+    }
+    Ok(())
+}
+
 /// The session's search path as the server applied it: the schema arrives as the `options`
 /// startup parameter, which a connection pooler may drop (PgBouncer passes it on only when told
 /// to ignore it, and then does not pass it on), leaving the server's default.
@@ -342,6 +379,7 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
     .await
     {
         Ok(Ok(mut conn)) => {
+            check_server_version(&mut conn, cfg).await?;
             init_session(&mut conn, cfg)
                 .await
                 .map_err(|e| connect_error(cfg, e))?;
@@ -590,8 +628,15 @@ pub async fn is_listening(conn: &mut PgConnection, channel: &str) -> sqlx::Resul
 
 #[cfg(test)]
 mod tests {
-    use super::{first_schema, Pin};
+    use super::{first_schema, version_text, Pin};
     use crate::config::{DbConfig, Pooler, Schema};
+
+    #[test]
+    fn server_versions_read_as_people_write_them() {
+        assert_eq!(version_text(130_023), "13.23");
+        assert_eq!(version_text(180_004), "18.4");
+        assert_eq!(version_text(90_624), "9.6.24");
+    }
 
     #[test]
     fn a_pin_opens_each_transaction_with_the_schema_and_the_settings() {

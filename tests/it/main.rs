@@ -47,3 +47,4 @@ mod stats;
 mod stats_check;
 mod templates;
 mod terminal_text;
+mod versions;
