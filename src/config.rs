@@ -181,6 +181,12 @@ impl DbConfig {
             // libpq fallback: sqlx reads PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE.
             _ => PgConnectOptions::new(),
         };
+        let parsed = url
+            .filter(|u| !u.is_empty())
+            .and_then(|u| url::Url::parse(u).ok());
+        url_params::check_tls_files(&url_params::tls_files(parsed.as_ref(), |k| {
+            std::env::var(k).ok()
+        }))?;
         let pooler = match args.pooler {
             crate::cli::PoolerArg::None => Pooler::None,
             crate::cli::PoolerArg::Session => Pooler::Session,

@@ -144,6 +144,59 @@ fn closest(key: &str) -> Option<&'static str> {
         .map(|(_, name)| name)
 }
 
+/// The TLS files a connection reads (the server's CA, the client's certificate and key), as
+/// the URL's parameter or the libpq variable that names them, with their paths: the URL's
+/// parameter wins, as in sqlx.
+pub fn tls_files(
+    url: Option<&url::Url>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
+    const FILES: [(&[&str], &str); 3] = [
+        (&["sslrootcert", "ssl-root-cert", "ssl-ca"], "PGSSLROOTCERT"),
+        (&["sslcert", "ssl-cert"], "PGSSLCERT"),
+        (&["sslkey", "ssl-key"], "PGSSLKEY"),
+    ];
+    let mut out = Vec::new();
+    for (keys, var) in FILES {
+        let given = url.and_then(|u| {
+            u.query_pairs()
+                .filter(|(k, _)| keys.contains(&k.as_ref()))
+                .last()
+                .map(|(k, v)| {
+                    (
+                        format!("`{k}` in --database-url/DATABASE_URL"),
+                        v.into_owned(),
+                    )
+                })
+        });
+        match given.or_else(|| {
+            env(var)
+                .filter(|v| !v.is_empty())
+                .map(|v| (var.to_owned(), v))
+        }) {
+            // libpq's `system` root certificate means the machine's store, not a file.
+            Some((_, path)) if path == "system" => {}
+            Some(f) => out.push(f),
+            None => {}
+        }
+    }
+    out
+}
+
+/// Refuses a TLS file that cannot be read before connecting, naming the parameter or variable
+/// that gave it, never its path (exit 2): sqlx would fail the TLS setup with a bare `No such
+/// file or directory` that names neither.
+pub fn check_tls_files(files: &[(String, String)]) -> Result<(), CodedError> {
+    for (from, path) in files {
+        if let Err(e) = std::fs::File::open(path) {
+            return Err(CodedError::usage(format!(
+                "cannot read the TLS file named by {from}: {e}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// [`check`] as the error the configuration reports (exit 2).
 pub fn check_or_usage(url: &str, shown: &str) -> Result<(), CodedError> {
     let Ok(parsed) = url::Url::parse(url) else {
@@ -162,6 +215,35 @@ mod tests {
 
     fn url(q: &str) -> url::Url {
         url::Url::parse(&format!("postgres://u@h/d?{q}")).unwrap()
+    }
+
+    #[test]
+    fn tls_files_come_from_the_url_before_the_libpq_variables() {
+        let env = |k: &str| match k {
+            "PGSSLROOTCERT" => Some("/env/ca.crt".to_owned()),
+            "PGSSLKEY" => Some("/env/client.key".to_owned()),
+            _ => None,
+        };
+        let u = url("sslmode=verify-ca&ssl-root-cert=/url/ca.crt&sslcert=system");
+        assert_eq!(
+            tls_files(Some(&u), env),
+            vec![
+                (
+                    "`ssl-root-cert` in --database-url/DATABASE_URL".to_owned(),
+                    "/url/ca.crt".to_owned()
+                ),
+                ("PGSSLKEY".to_owned(), "/env/client.key".to_owned()),
+            ]
+        );
+        assert_eq!(tls_files(None, |_| None), vec![]);
+        let err = check_tls_files(&tls_files(None, env)).unwrap_err();
+        assert_eq!(err.code, crate::exit::USAGE);
+        assert!(
+            err.message.contains("named by PGSSLROOTCERT"),
+            "{}",
+            err.message
+        );
+        assert!(!err.message.contains("/env/ca.crt"), "{}", err.message);
     }
 
     #[test]

@@ -47,4 +47,5 @@ mod stats;
 mod stats_check;
 mod templates;
 mod terminal_text;
+mod tls;
 mod versions;

@@ -3,6 +3,7 @@
 //! postgresql-common wrappers (`pg_createcluster`, `pg_ctlcluster`; the test runs as root, as CI
 //! does), on a port of its own, and dropped on drop, so also when the test fails.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub struct PgCluster {
@@ -102,4 +103,141 @@ fn run(cmd: &mut Command) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A cluster made with `initdb` from the server binaries in `bin/` of a given directory (another
+/// PostgreSQL version's, [`crate::versions`]; or the machine's own, [`debian_bin`]) in a directory
+/// of the test's own, on its own port, stopped (immediately) on drop. When the tests run as root
+/// the cluster belongs to `nobody` (initdb refuses root). Trust authentication until a test's
+/// `configure` (run between `initdb` and the start) writes its own `pg_hba.conf`; the local
+/// socket is in the data directory ([`OwnCluster::psql`]).
+pub struct OwnCluster {
+    bin: PathBuf,
+    pub data: PathBuf,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnCluster {
+    pub fn start(bin: &Path, port: u16, configure: impl FnOnce(&OwnCluster)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let cluster = Self {
+            bin: bin.to_owned(),
+            data,
+            port,
+            _dir: dir,
+        };
+        cluster.own(cluster._dir.path());
+        cluster.own(&cluster.data);
+        let data = cluster.data.display().to_string();
+        cluster.tool(&[
+            "initdb",
+            "-D",
+            &data,
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+        ]);
+        configure(&cluster);
+        let opts = format!("-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off");
+        let log = cluster.data.join("log").display().to_string();
+        cluster.tool(&[
+            "pg_ctl", "-D", &data, "-l", &log, "-o", &opts, "-w", "start",
+        ]);
+        cluster
+    }
+
+    /// Writes `name` into the data directory, owned by the cluster's user, with `mode`.
+    pub fn write(&self, name: &str, contents: &[u8], mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.data.join(name);
+        std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        self.own(&path);
+    }
+
+    /// Appends `lines` to postgresql.conf.
+    pub fn configure(&self, lines: &str) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.data.join("postgresql.conf"))
+            .unwrap();
+        writeln!(f, "{lines}").unwrap();
+    }
+
+    /// Runs `sql` with psql over the local socket as `postgres`.
+    pub fn psql(&self, sql: &str) {
+        run(Command::new("psql").args([
+            "-X",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            &self.data.display().to_string(),
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-c",
+            sql,
+        ]));
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn own(&self, path: &Path) {
+        if as_root() {
+            std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+    }
+
+    /// `ARGS[0]` from the version's bin/ with the rest of ARGS, as the cluster's owner.
+    fn tool(&self, args: &[&str]) {
+        let tool = self.bin.join("bin").join(args[0]);
+        let mut cmd = if as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "nobody", "--"]).arg(&tool);
+            c
+        } else {
+            Command::new(&tool)
+        };
+        run(cmd.args(&args[1..]));
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let tool = self.bin.join("bin/pg_ctl");
+        let data = self.data.display().to_string();
+        let args = ["-D", data.as_str(), "-m", "immediate", "stop"];
+        let _ = if as_root() {
+            Command::new("runuser")
+                .args(["-u", "nobody", "--"])
+                .arg(&tool)
+                .args(args)
+                .output()
+        } else {
+            Command::new(&tool).args(args).output()
+        };
+    }
+}
+
+/// The uid and gid of `nobody`, who owns the clusters when the tests run as root.
+const NOBODY: u32 = 65534;
+
+/// Whether the tests run as root (`/proc/self` belongs to the process's user).
+fn as_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+}
+
+/// The machine's own server binaries (Debian's, the newest installed), for [`OwnCluster`].
+pub fn debian_bin() -> PathBuf {
+    PathBuf::from(format!("/usr/lib/postgresql/{}", installed_version()))
 }

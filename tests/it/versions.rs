@@ -11,12 +11,12 @@
 //! major the script fetches must be there.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
 use crate::common::{stderr, stdout, TestDb};
+use crate::pg_cluster::OwnCluster as Server;
 
 /// The majors `.ci/pg-versions` unpacks: one below the supported range, then the supported ones
 /// beside the machine's own 15.
@@ -46,101 +46,6 @@ fn servers(test: &str) -> Option<BTreeMap<u32, PathBuf>> {
     Some(found)
 }
 
-/// A cluster of one of the unpacked versions, on its own port; stopped (immediately) on drop.
-struct Server {
-    bin: PathBuf,
-    data: PathBuf,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start(bin: &Path, port: u16) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        std::fs::create_dir(&data).unwrap();
-        // initdb refuses to run as root: the cluster belongs to `nobody` then.
-        if as_root() {
-            for p in [dir.path(), data.as_path()] {
-                std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
-            }
-        }
-        let server = Self {
-            bin: bin.to_owned(),
-            data,
-            port,
-            _dir: dir,
-        };
-        server.run(&[
-            "initdb",
-            "-D",
-            &server.data.display().to_string(),
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "--no-sync",
-        ]);
-        let opts = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            server.data.display()
-        );
-        server.run(&[
-            "pg_ctl",
-            "-D",
-            &server.data.display().to_string(),
-            "-l",
-            &server.data.join("log").display().to_string(),
-            "-o",
-            &opts,
-            "-w",
-            "start",
-        ]);
-        server
-    }
-
-    /// `tool ARGS` from the version's bin/, as the cluster's owner.
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        let tool = self.bin.join("bin").join(args[0]);
-        let mut cmd = if as_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "nobody", "--"]).arg(&tool);
-            c
-        } else {
-            Command::new(&tool)
-        };
-        let out = cmd.args(&args[1..]).output().unwrap();
-        assert!(
-            out.status.success() || args.contains(&"stop"),
-            "{args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.run(&[
-            "pg_ctl",
-            "-D",
-            &self.data.display().to_string(),
-            "-m",
-            "immediate",
-            "stop",
-        ]);
-    }
-}
-
-/// Whether the tests run as root (`/proc/self` belongs to the process's user).
-fn as_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-}
-
 /// Runs `outboxctl ARGS` against `db`; asserts the exit code; returns stdout.
 fn ok(db: &TestDb, args: &[&str], code: i32, version: u32) -> String {
     let out = db.cmd().args(args).output().unwrap();
@@ -162,7 +67,7 @@ async fn a_server_older_than_the_minimum_is_refused_at_connect() {
     let old: Vec<(&u32, &PathBuf)> = servers.iter().filter(|(m, _)| **m < min).collect();
     assert!(!old.is_empty(), "no server older than {min} to refuse");
     for (major, bin) in old {
-        let server = Server::start(bin, crate::common::port(18770));
+        let server = Server::start(bin, crate::common::port(18770), |_| {});
         let db = TestDb::unmigrated_at(&server.url()).await;
         for args in [
             &["migrate"][..],
@@ -200,7 +105,7 @@ async fn every_command_works_on_each_supported_version() {
     };
     let min = outboxctl::db::MIN_SERVER_MAJOR;
     for (major, bin) in servers.iter().filter(|(m, _)| **m >= min) {
-        let server = Server::start(bin, crate::common::port(18771));
+        let server = Server::start(bin, crate::common::port(18771), |_| {});
         smoke(&server, *major).await;
     }
 }
