@@ -639,7 +639,13 @@ async fn rabbitmq_down_and_frozen() {
             TestDb::new().await,
             &format!("RabbitMQ {fault:?} ({mode})").to_lowercase(),
         );
-        let load = Load::new();
+        // `rabbitmqctl stop` takes seconds: producers go on for longer than that, so the relays
+        // still have events to publish when the node is gone (else the drain could end while
+        // it stops, and no relay meet the outage).
+        let load = Load {
+            spread: Duration::from_secs(10),
+            ..Load::new()
+        };
         let sink = format!("{}?routing_key={queue}", node.url());
         let (relays, recovery) = broker_drain(
             &mut ck,
