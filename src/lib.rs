@@ -56,6 +56,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Completions(_) => unreachable!("handled above"),
         }
         .map_err(db::explain_pooler)
+        .map_err(db::explain_read_only)
         .map_err(db::explain_privilege)
     })
 }

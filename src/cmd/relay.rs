@@ -180,6 +180,10 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
         };
         match crate::relay::daemon::once(&relay, limits, &shutdown).await {
             Ok(r) => r,
+            // Read-only for the whole of --connect-timeout: the standby was not promoted.
+            Err(e) if crate::db::is_read_only(e.db()) => {
+                return Err(CodedError::database(crate::db::READ_ONLY_HINT.to_owned()).into())
+            }
             Err(e) if e.is_transient() => {
                 return Err(CodedError::database(format!(
                     "lost the database during the run and could not reconnect within {} (--connect-timeout): {}",

@@ -156,8 +156,37 @@ pub fn is_transient(err: &sqlx::Error) -> bool {
                 || code.starts_with("40")
                 || code.starts_with("53")
                 || code.starts_with("57P")
+                || code == READ_ONLY
         }
         _ => false,
+    }
+}
+
+/// PostgreSQL's `read_only_sql_transaction`: a write refused by a read-only session.
+const READ_ONLY: &str = "25006";
+
+/// Whether `err` is a write refused because the session is read-only: a hot standby (in
+/// recovery), or `default_transaction_read_only`. Transient for the relay ([`is_transient`]):
+/// after a failover the same address may lead to the new primary, so a relay waits as for a lost
+/// connection (its claim failed, so no attempt was counted and no event failed).
+pub fn is_read_only(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some(READ_ONLY))
+}
+
+/// What a command that writes says on a read-only database (exit 3).
+pub const READ_ONLY_HINT: &str = "the database is read-only (a hot standby in recovery, or default_transaction_read_only is on): this command writes; point it at the primary";
+
+/// `err` replaced by [`READ_ONLY_HINT`] (exit 3) when its cause is [`is_read_only`]: the refused
+/// write is the first of its transaction's, so nothing was changed; else unchanged.
+pub fn explain_read_only(err: anyhow::Error) -> anyhow::Error {
+    let read_only = err
+        .chain()
+        .filter_map(|e| e.downcast_ref::<sqlx::Error>())
+        .any(is_read_only);
+    if read_only {
+        CodedError::database(READ_ONLY_HINT.to_owned()).into()
+    } else {
+        err
     }
 }
 

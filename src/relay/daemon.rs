@@ -185,12 +185,18 @@ fn emit_all(r: &Report) {
 
 /// The step's counts and timings (when it claimed something).
 fn step_done(r: &Report, started: Instant) {
+    RelayEvent::Writable.emit();
     if r.claimed > 0 {
         RelayEvent::StepDone(StepDone::new(r, started.elapsed())).emit();
     }
 }
 
 fn step_failed(e: &StepError, retry_in: Duration) {
+    if crate::db::is_read_only(e.db()) {
+        // Said once, not at every retry: a standby stays one until it is promoted.
+        RelayEvent::ReadOnly { retry_in }.emit();
+        return;
+    }
     if let StepError::RolledBack { published, source } = e {
         RelayEvent::TxRolledBack {
             events: *published,
@@ -569,6 +575,11 @@ async fn listen(relay: &Relay, channel: &str) -> Option<PgListener> {
     l.ignore_pool_close_event(true);
     match l.listen(channel).await {
         Ok(()) => Some(l),
+        // A standby refuses LISTEN: its claims say so (once, RelayEvent::ReadOnly).
+        Err(e) if crate::db::is_read_only(&e) => {
+            tracing::debug!(error = %e, "LISTEN refused by a read-only database; polling");
+            None
+        }
         Err(e) => {
             tracing::warn!(error = %e, "LISTEN failed; polling until it works");
             None

@@ -17,6 +17,13 @@ use super::{Mode, Report};
 /// Something worth a log line.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RelayEvent {
+    /// A step's write was refused: the database is read-only (a hot standby, say). No event was
+    /// claimed, so none failed; the relay waits as for a lost connection. A WARN line the first
+    /// time after the database last took a write ([`READ_ONLY_SAID`]), DEBUG after that.
+    ReadOnly { retry_in: Duration },
+    /// A step ended well: after [`RelayEvent::ReadOnly`], an INFO line that writes go through
+    /// again (a promotion, or the address moved to the primary); otherwise nothing.
+    Writable,
     /// A row was dead-lettered (permanent failure, or attempts exhausted).
     DeadLettered {
         id: i64,
@@ -174,6 +181,22 @@ impl RelayEvent {
                 }
                 metrics::histogram!(m::BATCH_DURATION).record(s.elapsed.as_secs_f64());
             }
+            RelayEvent::ReadOnly { retry_in } => {
+                if READ_ONLY_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::debug!(retry_in_ms = ms(*retry_in), "the database is still read-only");
+                } else {
+                    tracing::warn!(
+                        retry_in_ms = ms(*retry_in),
+                        "the database is read-only (a hot standby, or default_transaction_read_only): no event claimed, none failed; trying again until it takes writes (a promotion, or the address moved to the primary)"
+                    );
+                }
+                metrics::counter!(m::STEP_FAILURES).increment(1);
+            }
+            RelayEvent::Writable => {
+                if READ_ONLY_SAID.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::info!("the database takes writes again; relaying");
+                }
+            }
             RelayEvent::CircuitOpened { error, events } => {
                 tracing::warn!(
                     events,
@@ -319,6 +342,9 @@ impl RelayEvent {
         }
     }
 }
+
+/// Whether [`RelayEvent::ReadOnly`] has been said since the database last took a write.
+static READ_ONLY_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The rate limiter of [`RelayEvent::SinkFailed`]'s WARN (one per process: relays in one
 /// process share a sink).

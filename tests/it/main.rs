@@ -43,6 +43,7 @@ mod requeue;
 mod row_headers;
 mod sink_secrets;
 mod snapshots;
+mod standby;
 mod stats;
 mod stats_check;
 mod templates;

@@ -120,17 +120,7 @@ pub struct OwnCluster {
 
 impl OwnCluster {
     pub fn start(bin: &Path, port: u16, configure: impl FnOnce(&OwnCluster)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        std::fs::create_dir(&data).unwrap();
-        let cluster = Self {
-            bin: bin.to_owned(),
-            data,
-            port,
-            _dir: dir,
-        };
-        cluster.own(cluster._dir.path());
-        cluster.own(&cluster.data);
+        let cluster = Self::new(bin, port);
         let data = cluster.data.display().to_string();
         cluster.tool(&[
             "initdb",
@@ -142,12 +132,89 @@ impl OwnCluster {
             "--no-sync",
         ]);
         configure(&cluster);
-        let opts = format!("-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off");
-        let log = cluster.data.join("log").display().to_string();
-        cluster.tool(&[
-            "pg_ctl", "-D", &data, "-l", &log, "-o", &opts, "-w", "start",
-        ]);
+        cluster.launch();
         cluster
+    }
+
+    /// A hot standby of `primary` (`pg_basebackup -R`: streaming replication, asynchronous),
+    /// started on `port`.
+    pub fn standby_of(primary: &OwnCluster, port: u16) -> Self {
+        let cluster = Self::new(&primary.bin, port);
+        let data = cluster.data.display().to_string();
+        let from = primary.port.to_string();
+        cluster.tool(&[
+            "pg_basebackup",
+            "-D",
+            &data,
+            "-R",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &from,
+            "-U",
+            "postgres",
+        ]);
+        cluster.launch();
+        cluster
+    }
+
+    fn new(bin: &Path, port: u16) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        // What the server insists on (initdb sets it too; a base backup does not).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let cluster = Self {
+            bin: bin.to_owned(),
+            data,
+            port,
+            _dir: dir,
+        };
+        cluster.own(cluster._dir.path());
+        cluster.own(&cluster.data);
+        cluster
+    }
+
+    fn launch(&self) {
+        let data = self.data.display().to_string();
+        let opts = format!(
+            "-p {} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port
+        );
+        // Beside the data directory, not in it (a base backup would copy it).
+        let log = self._dir.path().join("server.log");
+        let started = std::panic::catch_unwind(|| {
+            self.tool(&[
+                "pg_ctl",
+                "-D",
+                &data,
+                "-l",
+                &log.display().to_string(),
+                "-o",
+                &opts,
+                "-w",
+                "start",
+            ])
+        });
+        if started.is_err() {
+            panic!(
+                "the server's log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+    }
+
+    /// `pg_ctl stop` (fast: sessions terminated, every WAL record sent to the standbys first).
+    pub fn stop(&self) {
+        let data = self.data.display().to_string();
+        self.tool(&["pg_ctl", "-D", &data, "-m", "fast", "-w", "stop"]);
+    }
+
+    /// `pg_ctl promote`: a standby becomes a primary; returns once it takes writes.
+    pub fn promote(&self) {
+        let data = self.data.display().to_string();
+        self.tool(&["pg_ctl", "-D", &data, "-w", "promote"]);
     }
 
     /// Writes `name` into the data directory, owned by the cluster's user, with `mode`.
