@@ -253,6 +253,21 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// "a; b; c; d; e; and 7 more": the first few of a list of problems.
+pub fn list_some(items: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if items.len() > SHOWN {
+        s.push_str(&format!("; and {} more", items.len() - SHOWN));
+    }
+    s
+}
+
 /// A duration for humans, rounded to what matters (e.g. "3m 12s", "850ms").
 pub fn human_duration(d: std::time::Duration) -> String {
     let rounded = if d.as_secs() >= 60 {

@@ -344,7 +344,7 @@ pub async fn diagnose(
         horizon_check(h, s, dead_rows)
     }));
     if exists {
-        let stats = read(crate::cmd::stats::collect(conn, cfg.schema.name(), None).await);
+        let stats = read(crate::ops::stats::collect(conn, cfg.schema.name(), None).await);
         let ends = read(sql::published_ends(conn).await);
         let relays = read(sql::relay_sessions(conn, &cfg.schema.channel()).await);
         out.push(match (&relays, &stats, &ends) {
@@ -836,7 +836,7 @@ fn horizon_check(holders: &[sql::HorizonHolder], s: &Settings, dead_rows: Option
 
 fn relays_check(
     relays: &[sql::RelaySession],
-    total: &crate::cmd::stats::Figures,
+    total: &crate::ops::stats::Figures,
     last_publish: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
     channel: &str,
@@ -982,7 +982,7 @@ fn ordering_blocked_check(b: Option<&db::ordering::Blocked>, now: DateTime<Utc>)
 
 /// The lag: how late the most overdue pending event is (`late_since!` in `db`), so an event
 /// scheduled for later that was never tried never trips it.
-fn oldest_pending_check(t: &crate::cmd::stats::Figures, s: &Settings) -> Check {
+fn oldest_pending_check(t: &crate::ops::stats::Figures, s: &Settings) -> Check {
     let lag = Duration::from_secs_f64(t.oldest_pending_lag_seconds.max(0.0));
     let details = json!({ "lag_seconds": t.oldest_pending_lag_seconds,
                           "oldest_pending_age_seconds": t.oldest_pending_age_seconds,

@@ -13,12 +13,12 @@ use serde_json::{Map, Value};
 use sqlx::Connection;
 
 use crate::cli::EditArgs;
-use crate::cmd::change::{id_list, lock, peek, refusal_error, refusals, sorted_ids, Refusal, Seen};
-use crate::cmd::publish::{has_nul, NUL};
 use crate::config::{self, DbConfig};
 use crate::db::{self, audit::Audit, events::EditPreview, events::EditSpec, events::EventState};
 use crate::exit::{CodedError, FAILURE, OK};
 use crate::json::JsonText;
+use crate::ops::change::{id_list, lock, peek, refusal_error, refusals, sorted_ids, Refusal, Seen};
+use crate::ops::new_event::{has_nul, payload_arg, NUL};
 use crate::output;
 
 /// Why `edit` refuses an event, or None when it may be changed.
@@ -48,7 +48,7 @@ pub fn spec_of(args: &EditArgs) -> Result<EditSpec, CodedError> {
     let payload = match args.payload.as_deref() {
         None => None,
         Some(raw) => {
-            let text = super::payload_arg(raw)?;
+            let text = payload_arg(raw)?;
             // Checked without converting numbers: the text goes to PostgreSQL as it is.
             crate::json::validate(&text)
                 .map_err(|e| CodedError::usage(format!("--payload is not valid JSON: {e}")))?;

@@ -1,4 +1,6 @@
-//! How events look on a terminal and in JSON, shared by `dead`, `requeue` and `events`.
+//! How events look on a terminal and in JSON, shared by `dead`, `requeue` and `events`: lists,
+//! tables, one event's detail (with its requeue history and audit trail) and the error for an id
+//! that is gone. Below the commands, so none of them imports another to show an event.
 
 use std::io::Write;
 
@@ -485,6 +487,46 @@ pub fn audit_line(a: &AuditRecord) -> String {
 /// The error for an id that does not exist.
 pub fn no_such_event(id: i64, schema: &str) -> CodedError {
     CodedError::usage(format!("no event with id {id} in schema `{schema}`"))
+}
+
+/// The error for an id that does not exist, saying who deleted it when the audit trail knows.
+pub async fn missing(conn: &mut PgConnection, id: i64, schema: &str) -> anyhow::Result<CodedError> {
+    let mut err = no_such_event(id, schema);
+    if db::events::table_exists(conn, "outbox_audit").await? {
+        if let Some(a) = db::audit::deletion(conn, id).await? {
+            err.message.push_str(&format!(
+                ": it was {} at {} by {} (role {})",
+                if a.action == "cancel" {
+                    "cancelled"
+                } else {
+                    "discarded"
+                },
+                time(Some(a.at)),
+                a.actor.as_deref().unwrap_or("unknown"),
+                a.db_role
+            ));
+        }
+    }
+    Ok(err)
+}
+
+/// The requeue history of an event and its whole audit trail; empty when the schema predates the
+/// tables (migration 3 for requeues, 4 for the audit trail).
+pub async fn history(
+    conn: &mut PgConnection,
+    id: i64,
+) -> anyhow::Result<(Vec<RequeueRecord>, Vec<AuditRecord>)> {
+    let requeues = if db::events::table_exists(conn, "outbox_requeues").await? {
+        db::dead::history(conn, id).await?
+    } else {
+        Vec::new()
+    };
+    let audit = if db::events::table_exists(conn, "outbox_audit").await? {
+        db::audit::history(conn, id).await?
+    } else {
+        Vec::new()
+    };
+    Ok((requeues, audit))
 }
 
 #[cfg(test)]

@@ -1,14 +1,14 @@
-//! What every change of events by id shares (`events cancel|reschedule` in [`super::events`],
-//! `events edit` in [`super::edit`]): the rows locked in id order, what each id was seen as, and
-//! why one is refused.
+//! What every change of events by id shares (`events cancel|reschedule` and `events edit`): the
+//! rows locked in id order, what each id was seen as, and why one is refused. Below the commands,
+//! so `events` and its `edit` share it without importing each other.
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::cmd::dead;
 use crate::db::{self, events::EventState};
 use crate::exit::CodedError;
+use crate::output;
 
 /// Why an event cannot be changed.
 #[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
@@ -91,7 +91,7 @@ pub(crate) fn refusal_error(verb: &str, refused: &[Refusal]) -> CodedError {
         .collect();
     CodedError::usage(format!(
         "refusing to {verb}, nothing was changed: {}",
-        dead::list_some(&items)
+        output::list_some(&items)
     ))
 }
 
