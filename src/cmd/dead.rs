@@ -13,7 +13,7 @@ use crate::db::audit::Audit;
 use crate::db::{self, events::EventRow, events::EventState, events::Scope};
 use crate::exit::{CodedError, OK};
 use crate::ops::select::{check_filter, select_dead};
-use crate::ops::view::{history, missing};
+use crate::ops::view::missing;
 use crate::ops::{batch, view};
 use crate::output;
 use crate::select::{EventFilter, Selection};
@@ -62,16 +62,7 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
         ))
         .into());
     }
-    let (requeues, audit) = history(&mut conn, event.id).await?;
-    if args.output.json {
-        output::print_json(&view::EventDetail {
-            event: &event,
-            requeues: &requeues,
-            audit: &audit,
-        })?;
-    } else {
-        view::print_event(&event, &requeues, &audit)?;
-    }
+    view::show(&mut conn, &event, args.output.json).await?;
     Ok(OK)
 }
 
@@ -83,9 +74,7 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
         actor: config::actor(&args.audit)?,
         reason: None,
     };
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
-    let mut conn = pool.acquire().await?;
+    let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
     let ids = select_dead(&mut conn, &selection, args.limit, "discard").await?;
     let plan = batch::Plan {
         words: DISCARD,
@@ -109,14 +98,7 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
 }
 
 /// How `dead discard` reads.
-const DISCARD: batch::Words = batch::Words {
-    verb: "discard",
-    done: "discarded",
-    doing: "discarding",
-    noun: ("dead event", "dead events"),
-    none: "no dead-lettered events match",
-    moved_on: "no longer dead",
-};
+const DISCARD: batch::Words = batch::Words::dead("discard", "discarded", "discarding");
 
 async fn export(args: DeadExportArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;

@@ -10,6 +10,7 @@ use crate::config::{self, DbConfig};
 use crate::db::{self, audit::Audit};
 use crate::exit::CodedError;
 use crate::ops::batch::{self, DeadReport};
+use crate::ops::change::delay_micros;
 use crate::ops::select::select_dead;
 use crate::output;
 use crate::select::{EventFilter, Selection};
@@ -18,13 +19,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args_pooled(&args.db)?;
     let filter = EventFilter::from_args(&args.filter)?;
     let selection = Selection::resolve(&args.ids, filter, args.all, "requeue")?;
-    let delay_micros = match args.delay {
-        None => 0,
-        Some(d) => i64::try_from(d.as_micros())
-            .ok()
-            .filter(|m| *m < 100 * 365 * 86_400 * 1_000_000)
-            .ok_or_else(|| CodedError::usage("--delay is too long; use at most 100 years"))?,
-    };
+    let delay_micros = delay_micros(args.delay)?;
     let reason = match args.reason.as_deref().map(str::trim) {
         Some("") => return Err(CodedError::usage("--reason must not be empty").into()),
         r => r.map(str::to_owned),
@@ -33,9 +28,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
         actor: config::actor(&args.audit)?,
         reason,
     };
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
-    let mut conn = pool.acquire().await?;
+    let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
     let pin = db::Pin::new(&cfg, &[]);
     let ids = pin
         .run(&mut conn, async |c| {
@@ -82,14 +75,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
 }
 
 /// How `requeue` reads.
-const REQUEUE: batch::Words = batch::Words {
-    verb: "requeue",
-    done: "requeued",
-    doing: "requeuing",
-    noun: ("dead event", "dead events"),
-    none: "no dead-lettered events match",
-    moved_on: "no longer dead",
-};
+const REQUEUE: batch::Words = batch::Words::dead("requeue", "requeued", "requeuing");
 
 /// The `--json` output of `requeue` (docs/reference/json.md).
 pub fn json_outputs() -> Vec<crate::docs::json::Output> {

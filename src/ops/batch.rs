@@ -36,6 +36,32 @@ pub struct Words {
     pub moved_on: &'static str,
 }
 
+impl Words {
+    /// A change of dead letters (`dead discard`, `requeue`).
+    pub const fn dead(verb: &'static str, done: &'static str, doing: &'static str) -> Self {
+        Self {
+            verb,
+            done,
+            doing,
+            noun: ("dead event", "dead events"),
+            none: "no dead-lettered events match",
+            moved_on: "no longer dead",
+        }
+    }
+
+    /// A change of events selected by filters (`events cancel|reschedule`).
+    pub const fn events(verb: &'static str, done: &'static str, doing: &'static str) -> Self {
+        Self {
+            verb,
+            done,
+            doing,
+            noun: ("event", "events"),
+            none: "no events match",
+            moved_on: "that changed state meanwhile",
+        }
+    }
+}
+
 /// Which rows a batched change acts on, and so how a dry run lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rows {
@@ -321,14 +347,7 @@ async fn rows_of(
 mod tests {
     use super::*;
 
-    const DISCARD: Words = Words {
-        verb: "discard",
-        done: "discarded",
-        doing: "discarding",
-        noun: ("dead event", "dead events"),
-        none: "no dead-lettered events match",
-        moved_on: "no longer dead",
-    };
+    const DISCARD: Words = Words::dead("discard", "discarded", "discarding");
 
     fn tally(matched: u64, done: u64, batches: u64) -> Tally {
         Tally {

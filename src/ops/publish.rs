@@ -13,7 +13,6 @@ use sqlx::Connection;
 use crate::db::{self, publish::NewEvent};
 use crate::exit::CodedError;
 use crate::ops::new_event::parse_line;
-use crate::ops::view;
 use crate::output;
 
 /// What a run did. With --json it is printed as an object with `inserted`, `duplicates`,
@@ -60,7 +59,7 @@ pub struct PublishedEvent {
 /// after the commit (before it, they are not yet true): about 100 bytes of disk an event.
 #[derive(Debug)]
 pub struct Spill {
-    items: view::JsonArray<std::io::BufWriter<std::fs::File>>,
+    items: output::JsonArray<std::io::BufWriter<std::fs::File>>,
 }
 
 impl Spill {
@@ -68,7 +67,7 @@ impl Spill {
         let file = tempfile::tempfile()
             .context("creating a temporary file for the --json list of inserted events")?;
         Ok(Self {
-            items: view::JsonArray::items(std::io::BufWriter::new(file)),
+            items: output::JsonArray::items(std::io::BufWriter::new(file)),
         })
     }
 
@@ -86,7 +85,7 @@ impl Spill {
             .map_err(|e| e.into_error())?;
         file.seek(std::io::SeekFrom::Start(0))?;
         let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
-        view::JsonArray::<std::io::Stdout>::write_head(
+        output::JsonArray::<std::io::Stdout>::write_head(
             &mut out,
             &[
                 ("inserted", inserted.into()),
@@ -96,7 +95,7 @@ impl Spill {
             "events",
         )?;
         std::io::copy(&mut file, &mut out)?;
-        view::JsonArray::<std::io::Stdout>::write_tail(&mut out, empty)?;
+        output::JsonArray::<std::io::Stdout>::write_tail(&mut out, empty)?;
         out.flush()?;
         Ok(())
     }

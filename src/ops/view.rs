@@ -15,6 +15,7 @@ use crate::db::events::{EventRow, Scope};
 use crate::db::timestamp::Timestamp;
 use crate::exit::CodedError;
 use crate::json::{self, JsonText};
+use crate::output::JsonArray;
 use crate::select::EventFilter;
 use crate::{db, output};
 
@@ -230,94 +231,6 @@ pub async fn print_list(
     Ok(())
 }
 
-/// Writes an object as `serde_json::to_vec_pretty` would, byte for byte, when its last field is
-/// an array streamed one item at a time: [`JsonArray::begin`] writes the scalar fields and the
-/// array's `[`, [`JsonArray::push`] each item, [`JsonArray::finish`] the rest. The items alone
-/// can also go elsewhere first ([`JsonArray::items`], e.g. a spill file) and be copied in later.
-#[derive(Debug)]
-pub struct JsonArray<W: Write> {
-    out: W,
-    first: bool,
-}
-
-impl<W: Write> JsonArray<W> {
-    /// Writes `{`, each `(key, value)` (scalars), and `"array_key": [`.
-    pub fn begin(
-        mut out: W,
-        fields: &[(&str, serde_json::Value)],
-        array_key: &str,
-    ) -> anyhow::Result<Self> {
-        Self::write_head(&mut out, fields, array_key)?;
-        Ok(Self { out, first: true })
-    }
-
-    /// An array's items only, written to `out` (no head, no tail).
-    pub fn items(out: W) -> Self {
-        Self { out, first: true }
-    }
-
-    /// The head [`JsonArray::begin`] writes.
-    pub fn write_head(
-        out: &mut impl Write,
-        fields: &[(&str, serde_json::Value)],
-        array_key: &str,
-    ) -> anyhow::Result<()> {
-        let mut head = b"{".to_vec();
-        for (k, v) in fields {
-            head.extend_from_slice(b"\n  ");
-            serde_json::to_writer(&mut head, k)?;
-            head.extend_from_slice(b": ");
-            serde_json::to_writer_pretty(&mut head, v)?;
-            head.push(b',');
-        }
-        head.extend_from_slice(b"\n  ");
-        serde_json::to_writer(&mut head, array_key)?;
-        head.extend_from_slice(b": [");
-        out.write_all(&head)?;
-        Ok(())
-    }
-
-    /// Writes one item. Serialized to a buffer first, so a closed stdout surfaces as an
-    /// `io::Error` (a normal exit) rather than inside a `serde_json::Error`.
-    pub fn push<T: Serialize>(&mut self, item: &T) -> anyhow::Result<()> {
-        let text = serde_json::to_vec_pretty(item)?;
-        let mut buf = Vec::with_capacity(text.len() + text.len() / 8 + 8);
-        buf.extend_from_slice(if self.first { b"\n" } else { b",\n" });
-        self.first = false;
-        // Pretty JSON has a newline only between tokens (strings escape theirs): indent each line.
-        for (i, line) in text.split(|b| *b == b'\n').enumerate() {
-            if i > 0 {
-                buf.push(b'\n');
-            }
-            buf.extend_from_slice(b"    ");
-            buf.extend_from_slice(line);
-        }
-        self.out.write_all(&buf)?;
-        Ok(())
-    }
-
-    /// Whether no item was pushed.
-    pub fn is_empty(&self) -> bool {
-        self.first
-    }
-
-    /// The writer, for [`JsonArray::items`].
-    pub fn into_inner(self) -> W {
-        self.out
-    }
-
-    /// The tail [`JsonArray::finish`] writes after `empty` or not items.
-    pub fn write_tail(out: &mut impl Write, empty: bool) -> std::io::Result<()> {
-        out.write_all(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" })
-    }
-
-    /// Closes the array and the object (and a final newline, like `output::print_json`).
-    pub fn finish(mut self) -> std::io::Result<W> {
-        Self::write_tail(&mut self.out, self.first)?;
-        Ok(self.out)
-    }
-}
-
 pub fn note_truncated(shown: usize) {
     output::note(format_args!(
         "showing the first {}; more match: raise --limit or narrow the filters",
@@ -510,9 +423,24 @@ pub async fn missing(conn: &mut PgConnection, id: i64, schema: &str) -> anyhow::
     Ok(err)
 }
 
+/// Prints one event as `dead show` and `events show` do: with its requeue history and its audit
+/// trail, as [`EventDetail`] with `json`, else as [`print_event`] lays it out.
+pub async fn show(conn: &mut PgConnection, event: &EventRow, json: bool) -> anyhow::Result<()> {
+    let (requeues, audit) = history(conn, event.id).await?;
+    if json {
+        output::print_json(&EventDetail {
+            event,
+            requeues: &requeues,
+            audit: &audit,
+        })
+    } else {
+        print_event(event, &requeues, &audit)
+    }
+}
+
 /// The requeue history of an event and its whole audit trail; empty when the schema predates the
 /// tables (migration 3 for requeues, 4 for the audit trail).
-pub async fn history(
+async fn history(
     conn: &mut PgConnection,
     id: i64,
 ) -> anyhow::Result<(Vec<RequeueRecord>, Vec<AuditRecord>)> {

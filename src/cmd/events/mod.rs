@@ -16,7 +16,6 @@ use std::cell::Cell;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::Connection;
 
 use crate::cli::{
     CancelArgs, EventsArgs, EventsCommand, EventsListArgs, FilterArgs, RescheduleArgs, ShowArgs,
@@ -27,11 +26,11 @@ use crate::db::{self, audit::Audit, events::EventState, events::Scope};
 use crate::exit::{CodedError, FAILURE, OK};
 use crate::ops::batch::{self, FilterReport};
 use crate::ops::change::{
-    cancel_refusal, id_list, lock, peek, refusal_error, refusals, reschedule_refusal, sorted_ids,
-    Refusal,
+    cancel_refusal, delay_micros, id_list, lock_all, peek_refusals, refusal_error,
+    reschedule_refusal, sorted_ids, Refusal,
 };
 use crate::ops::select::check_filter;
-use crate::ops::view::{self, history, missing};
+use crate::ops::view::{self, missing};
 use crate::output;
 use crate::select::EventFilter;
 
@@ -98,16 +97,7 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let Some(event) = db::events::get(&mut conn, args.id).await? else {
         return Err(missing(&mut conn, args.id, cfg.schema.name()).await?.into());
     };
-    let (requeues, audit) = history(&mut conn, event.id).await?;
-    if args.output.json {
-        output::print_json(&view::EventDetail {
-            event: &event,
-            requeues: &requeues,
-            audit: &audit,
-        })?;
-    } else {
-        view::print_event(&event, &requeues, &audit)?;
-    }
+    view::show(&mut conn, &event, args.output.json).await?;
     Ok(OK)
 }
 
@@ -151,9 +141,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
         actor: config::actor(&args.audit)?,
         reason: None,
     };
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
-    let mut conn = pool.acquire().await?;
+    let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
     let report = |cancelled: &[i64], refused: &[Refusal], dry_run: bool| -> anyhow::Result<()> {
         if json {
             output::print_json(&CancelReport {
@@ -165,8 +153,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
         Ok(())
     };
 
-    let seen = peek(&mut conn, &ids).await?;
-    let refused = refusals(&ids, &seen, |s| cancel_refusal(s, args.force));
+    let refused = peek_refusals(&mut conn, &ids, |s| cancel_refusal(s, args.force)).await?;
     if !refused.is_empty() {
         report(&[], &refused, args.dry_run)?;
         return Err(refusal_error("cancel", &refused).into());
@@ -190,14 +177,13 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
         return Ok(FAILURE);
     }
 
-    let mut tx = conn.begin().await?;
-    let seen = lock(&mut tx, &ids).await?;
-    let refused = refusals(&ids, &seen, |s| cancel_refusal(s, args.force));
-    if !refused.is_empty() {
-        tx.rollback().await?;
-        report(&[], &refused, false)?;
-        return Err(refusal_error("cancel", &refused).into());
-    }
+    let mut tx = match lock_all(&mut conn, &ids, |s| cancel_refusal(s, args.force)).await? {
+        Ok(tx) => tx,
+        Err(refused) => {
+            report(&[], &refused, false)?;
+            return Err(refusal_error("cancel", &refused).into());
+        }
+    };
     let mut deleted =
         db::events::delete_unpublished(&mut tx, &ids, args.force, None, &audit).await?;
     deleted.sort_unstable();
@@ -231,13 +217,7 @@ struct RescheduleReport<'a> {
 }
 
 async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
-    let delay_micros = match args.delay {
-        None => 0,
-        Some(d) => i64::try_from(d.as_micros())
-            .ok()
-            .filter(|m| *m < 100 * 365 * 86_400 * 1_000_000)
-            .ok_or_else(|| CodedError::usage("--delay is too long; use at most 100 years"))?,
-    };
+    let delay_micros = delay_micros(args.delay)?;
     if let Some(target) = by_filter(
         &args.ids,
         &args.filter,
@@ -258,9 +238,7 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
         actor: config::actor(&args.audit)?,
         reason: None,
     };
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
-    let mut conn = pool.acquire().await?;
+    let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
     let report = |moved: &[Moved], refused: &[Refusal], dry_run: bool| -> anyhow::Result<()> {
         if json {
             output::print_json(&RescheduleReport {
@@ -277,8 +255,7 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
         (None, None) => unreachable!("clap requires --at or --delay"),
     };
 
-    let seen = peek(&mut conn, &ids).await?;
-    let refused = refusals(&ids, &seen, reschedule_refusal);
+    let refused = peek_refusals(&mut conn, &ids, reschedule_refusal).await?;
     if !refused.is_empty() {
         report(&[], &refused, args.dry_run)?;
         return Err(refusal_error("reschedule", &refused).into());
@@ -303,14 +280,13 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
         return Ok(OK);
     }
 
-    let mut tx = conn.begin().await?;
-    let seen = lock(&mut tx, &ids).await?;
-    let refused = refusals(&ids, &seen, reschedule_refusal);
-    if !refused.is_empty() {
-        tx.rollback().await?;
-        report(&[], &refused, false)?;
-        return Err(refusal_error("reschedule", &refused).into());
-    }
+    let mut tx = match lock_all(&mut conn, &ids, reschedule_refusal).await? {
+        Ok(tx) => tx,
+        Err(refused) => {
+            report(&[], &refused, false)?;
+            return Err(refusal_error("reschedule", &refused).into());
+        }
+    };
     let mut moved =
         db::events::reschedule(&mut tx, &ids, args.at, delay_micros, None, &audit).await?;
     moved.sort_unstable_by_key(|m| m.0);
@@ -409,9 +385,7 @@ async fn select_by_filter(
         actor: config::actor(audit)?,
         reason: None,
     };
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
-    let mut conn = pool.acquire().await?;
+    let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
     check_filter(&mut conn, &target.filter).await?;
     let ids = db::events::matching_ids(
         &mut conn,
@@ -424,22 +398,10 @@ async fn select_by_filter(
 }
 
 /// How `events cancel` reads by filters.
-const CANCEL: batch::Words = batch::Words {
-    verb: "cancel",
-    done: "cancelled",
-    doing: "cancelling",
-    noun: ("event", "events"),
-    none: "no events match",
-    moved_on: "that changed state meanwhile",
-};
+const CANCEL: batch::Words = batch::Words::events("cancel", "cancelled", "cancelling");
 
 /// How `events reschedule` reads by filters.
-const RESCHEDULE: batch::Words = batch::Words {
-    verb: "reschedule",
-    done: "rescheduled",
-    doing: "rescheduling",
-    ..CANCEL
-};
+const RESCHEDULE: batch::Words = batch::Words::events("reschedule", "rescheduled", "rescheduling");
 
 /// The plan of a by-filter run.
 fn plan(words: batch::Words, dry_run: bool, yes: bool, json: bool, size: u32) -> batch::Plan {
