@@ -13,7 +13,6 @@ use crate::db::audit::Audit;
 use crate::db::{self, events::EventRow, events::EventState, events::Scope};
 use crate::exit::{CodedError, OK};
 use crate::ops::select::{check_filter, select_dead};
-use crate::ops::view::missing;
 use crate::ops::{batch, view};
 use crate::output;
 use crate::select::{EventFilter, Selection};
@@ -52,9 +51,7 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
-    let Some(event) = db::events::get(&mut conn, args.id).await? else {
-        return Err(missing(&mut conn, args.id, cfg.schema.name()).await?.into());
-    };
+    let event = view::get(&mut conn, args.id, cfg.schema.name()).await?;
     if event.state != EventState::Dead {
         return Err(CodedError::usage(format!(
             "event {} is {}, not dead-lettered; see it with `outboxctl events show {}`",

@@ -402,8 +402,16 @@ pub fn no_such_event(id: i64, schema: &str) -> CodedError {
     CodedError::usage(format!("no event with id {id} in schema `{schema}`"))
 }
 
+/// Event `id`, or the error saying it does not exist ([`missing`]).
+pub async fn get(conn: &mut PgConnection, id: i64, schema: &str) -> anyhow::Result<EventRow> {
+    match db::events::get(conn, id).await? {
+        Some(event) => Ok(event),
+        None => Err(missing(conn, id, schema).await?.into()),
+    }
+}
+
 /// The error for an id that does not exist, saying who deleted it when the audit trail knows.
-pub async fn missing(conn: &mut PgConnection, id: i64, schema: &str) -> anyhow::Result<CodedError> {
+async fn missing(conn: &mut PgConnection, id: i64, schema: &str) -> anyhow::Result<CodedError> {
     let mut err = no_such_event(id, schema);
     if db::events::table_exists(conn, "outbox_audit").await? {
         if let Some(a) = db::audit::deletion(conn, id).await? {

@@ -16,10 +16,11 @@ use std::cell::Cell;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::{pool::PoolConnection, Postgres};
 
 use crate::cli::{
-    CancelArgs, EventsArgs, EventsCommand, EventsListArgs, FilterArgs, RescheduleArgs, ShowArgs,
-    StateArg,
+    AuditArgs, CancelArgs, DatabaseArgs, EventsArgs, EventsCommand, EventsListArgs, FilterArgs,
+    RescheduleArgs, ShowArgs, StateArg,
 };
 use crate::config::{self, DbConfig};
 use crate::db::{self, audit::Audit, events::EventState, events::Scope};
@@ -30,7 +31,7 @@ use crate::ops::change::{
     reschedule_refusal, sorted_ids, Refusal,
 };
 use crate::ops::select::check_filter;
-use crate::ops::view::{self, missing};
+use crate::ops::view;
 use crate::output;
 use crate::select::EventFilter;
 
@@ -94,9 +95,7 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
-    let Some(event) = db::events::get(&mut conn, args.id).await? else {
-        return Err(missing(&mut conn, args.id, cfg.schema.name()).await?.into());
-    };
+    let event = view::get(&mut conn, args.id, cfg.schema.name()).await?;
     view::show(&mut conn, &event, args.output.json).await?;
     Ok(OK)
 }
@@ -134,14 +133,9 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     )? {
         return cancel_by_filter(args, target).await;
     }
-    let cfg = DbConfig::from_args(&args.db)?;
     let ids = sorted_ids(&args.ids);
     let json = args.output.json;
-    let audit = Audit {
-        actor: config::actor(&args.audit)?,
-        reason: None,
-    };
-    let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
+    let (mut conn, audit) = connect(&args.db, &args.audit).await?;
     let report = |cancelled: &[i64], refused: &[Refusal], dry_run: bool| -> anyhow::Result<()> {
         if json {
             output::print_json(&CancelReport {
@@ -231,14 +225,9 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
     )? {
         return reschedule_by_filter(args, target, delay_micros).await;
     }
-    let cfg = DbConfig::from_args(&args.db)?;
     let ids = sorted_ids(&args.ids);
     let json = args.output.json;
-    let audit = Audit {
-        actor: config::actor(&args.audit)?,
-        reason: None,
-    };
-    let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
+    let (mut conn, audit) = connect(&args.db, &args.audit).await?;
     let report = |moved: &[Moved], refused: &[Refusal], dry_run: bool| -> anyhow::Result<()> {
         if json {
             output::print_json(&RescheduleReport {
@@ -372,20 +361,29 @@ pub fn by_filter(
     Ok(Some(ByFilter { filter, states }))
 }
 
-/// A by-filter run's connection (schema checked through the audit trail), the ids its filters
-/// select, and who acts.
-async fn select_by_filter(
-    db_args: &crate::cli::DatabaseArgs,
-    audit: &crate::cli::AuditArgs,
-    target: &ByFilter,
-    limit: Option<u64>,
-) -> anyhow::Result<(sqlx::pool::PoolConnection<sqlx::Postgres>, Vec<i64>, Audit)> {
+/// The connection of a change (the schema migrated through the audit trail) and who acts.
+async fn connect(
+    db_args: &DatabaseArgs,
+    audit: &AuditArgs,
+) -> anyhow::Result<(PoolConnection<Postgres>, Audit)> {
     let cfg = DbConfig::from_args(db_args)?;
     let audit = Audit {
         actor: config::actor(audit)?,
         reason: None,
     };
-    let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
+    let conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
+    Ok((conn, audit))
+}
+
+/// A by-filter run's connection (schema checked through the audit trail), the ids its filters
+/// select, and who acts.
+async fn select_by_filter(
+    db_args: &DatabaseArgs,
+    audit: &AuditArgs,
+    target: &ByFilter,
+    limit: Option<u64>,
+) -> anyhow::Result<(PoolConnection<Postgres>, Vec<i64>, Audit)> {
+    let (mut conn, audit) = connect(db_args, audit).await?;
     check_filter(&mut conn, &target.filter).await?;
     let ids = db::events::matching_ids(
         &mut conn,
