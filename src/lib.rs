@@ -13,6 +13,7 @@ pub mod event;
 pub mod exit;
 pub mod json;
 pub mod logging;
+pub mod ops;
 pub mod output;
 pub mod relay;
 pub mod select;

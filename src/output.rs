@@ -1,5 +1,6 @@
-//! Output helpers shared by the commands: the house table style, JSON printing, and the decision
-//! whether to draw progress bars or colour.
+//! Output helpers shared by the commands: the house table style, JSON printing (whole, or an
+//! object whose array is streamed: [`JsonArray`]), and the decision whether to draw progress bars
+//! or colour.
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -253,6 +254,21 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// "a; b; c; d; e; and 7 more": the first few of a list of problems.
+pub fn list_some(items: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if items.len() > SHOWN {
+        s.push_str(&format!("; and {} more", items.len() - SHOWN));
+    }
+    s
+}
+
 /// A duration for humans, rounded to what matters (e.g. "3m 12s", "850ms").
 pub fn human_duration(d: std::time::Duration) -> String {
     let rounded = if d.as_secs() >= 60 {
@@ -261,6 +277,94 @@ pub fn human_duration(d: std::time::Duration) -> String {
         std::time::Duration::from_millis(d.as_millis() as u64)
     };
     humantime::format_duration(rounded).to_string()
+}
+
+/// Writes an object as `serde_json::to_vec_pretty` would, byte for byte, when its last field is
+/// an array streamed one item at a time: [`JsonArray::begin`] writes the scalar fields and the
+/// array's `[`, [`JsonArray::push`] each item, [`JsonArray::finish`] the rest. The items alone
+/// can also go elsewhere first ([`JsonArray::items`], e.g. a spill file) and be copied in later.
+#[derive(Debug)]
+pub struct JsonArray<W: Write> {
+    out: W,
+    first: bool,
+}
+
+impl<W: Write> JsonArray<W> {
+    /// Writes `{`, each `(key, value)` (scalars), and `"array_key": [`.
+    pub fn begin(
+        mut out: W,
+        fields: &[(&str, serde_json::Value)],
+        array_key: &str,
+    ) -> anyhow::Result<Self> {
+        Self::write_head(&mut out, fields, array_key)?;
+        Ok(Self { out, first: true })
+    }
+
+    /// An array's items only, written to `out` (no head, no tail).
+    pub fn items(out: W) -> Self {
+        Self { out, first: true }
+    }
+
+    /// The head [`JsonArray::begin`] writes.
+    pub fn write_head(
+        out: &mut impl Write,
+        fields: &[(&str, serde_json::Value)],
+        array_key: &str,
+    ) -> anyhow::Result<()> {
+        let mut head = b"{".to_vec();
+        for (k, v) in fields {
+            head.extend_from_slice(b"\n  ");
+            serde_json::to_writer(&mut head, k)?;
+            head.extend_from_slice(b": ");
+            serde_json::to_writer_pretty(&mut head, v)?;
+            head.push(b',');
+        }
+        head.extend_from_slice(b"\n  ");
+        serde_json::to_writer(&mut head, array_key)?;
+        head.extend_from_slice(b": [");
+        out.write_all(&head)?;
+        Ok(())
+    }
+
+    /// Writes one item. Serialized to a buffer first, so a closed stdout surfaces as an
+    /// `io::Error` (a normal exit) rather than inside a `serde_json::Error`.
+    pub fn push<T: Serialize>(&mut self, item: &T) -> anyhow::Result<()> {
+        let text = serde_json::to_vec_pretty(item)?;
+        let mut buf = Vec::with_capacity(text.len() + text.len() / 8 + 8);
+        buf.extend_from_slice(if self.first { b"\n" } else { b",\n" });
+        self.first = false;
+        // Pretty JSON has a newline only between tokens (strings escape theirs): indent each line.
+        for (i, line) in text.split(|b| *b == b'\n').enumerate() {
+            if i > 0 {
+                buf.push(b'\n');
+            }
+            buf.extend_from_slice(b"    ");
+            buf.extend_from_slice(line);
+        }
+        self.out.write_all(&buf)?;
+        Ok(())
+    }
+
+    /// Whether no item was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.first
+    }
+
+    /// The writer, for [`JsonArray::items`].
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    /// The tail [`JsonArray::finish`] writes after `empty` or not items.
+    pub fn write_tail(out: &mut impl Write, empty: bool) -> std::io::Result<()> {
+        out.write_all(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" })
+    }
+
+    /// Closes the array and the object (and a final newline, like [`print_json`]).
+    pub fn finish(mut self) -> std::io::Result<W> {
+        Self::write_tail(&mut self.out, self.first)?;
+        Ok(self.out)
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::BenchArgs;
 use crate::config::DbConfig;
 use crate::db::{self, publish::NewEvent};
+use crate::ops::publish::{publish_lines, Batches};
 use crate::output;
 use crate::relay::daemon::DaemonSettings;
 use crate::relay::{Backoff, Mode, Relay, RelayConfig};
@@ -123,13 +124,7 @@ async fn bench(
     let pb = phase(json, "publish");
     let lines = backlog_lines(args.events);
     let started = Instant::now();
-    let rep = super::publish::publish_lines(
-        &mut *conn,
-        lines.as_bytes(),
-        super::publish::Batches::of(5000),
-        false,
-    )
-    .await?;
+    let rep = publish_lines(&mut *conn, lines.as_bytes(), Batches::of(5000), false).await?;
     let publish = Rate::new(rep.inserted, started.elapsed());
     drop(lines);
     pb.finish_and_clear();

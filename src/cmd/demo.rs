@@ -10,6 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{DemoArgs, StatsBy};
 use crate::config::{DbConfig, Schema};
+use crate::ops::publish::{publish_lines, Batches};
+use crate::ops::stats::collect;
 use crate::relay::daemon::OnceLimits;
 use crate::relay::{Backoff, Mode, Relay, RelayConfig};
 use crate::{db, exit, output};
@@ -99,13 +101,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
     say(&format!("applied migrations {:?}", applied.versions));
 
     say("publishing 4 JSON lines (one duplicate by idempotency key, one delayed by 2s)");
-    let report = super::publish::publish_lines(
-        &mut conn,
-        EVENTS.as_bytes(),
-        super::publish::Batches::of(100),
-        false,
-    )
-    .await?;
+    let report = publish_lines(&mut conn, EVENTS.as_bytes(), Batches::of(100), false).await?;
     say(&format!(
         "inserted {}, skipped {} duplicate",
         report.inserted, report.duplicates
@@ -152,7 +148,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
 }
 
 async fn show_stats(conn: &mut sqlx::PgConnection, schema: &Schema) -> anyhow::Result<()> {
-    let s = super::stats::collect(conn, schema.name(), Some(StatsBy::EventType)).await?;
+    let s = collect(conn, schema.name(), Some(StatsBy::EventType)).await?;
     let mut t = output::table(&["event type", "ready", "scheduled", "dead", "published (1h)"]);
     for (k, f) in s.groups.iter().flatten() {
         t.add_row(vec![

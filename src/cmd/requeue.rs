@@ -5,14 +5,13 @@
 //! they are still dead, resets them and writes the audit rows: a concurrent requeue, discard or
 //! relay cannot make a row be requeued twice or lose an update.
 
-use std::time::Instant;
-
 use crate::cli::RequeueArgs;
-use crate::cmd::dead::{self, Action, BatchReport};
-use crate::cmd::view;
 use crate::config::{self, DbConfig};
 use crate::db::{self, audit::Audit};
-use crate::exit::{CodedError, OK};
+use crate::exit::CodedError;
+use crate::ops::batch::{self, DeadReport};
+use crate::ops::change::delay_micros;
+use crate::ops::select::select_dead;
 use crate::output;
 use crate::select::{EventFilter, Selection};
 
@@ -20,13 +19,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args_pooled(&args.db)?;
     let filter = EventFilter::from_args(&args.filter)?;
     let selection = Selection::resolve(&args.ids, filter, args.all, "requeue")?;
-    let delay_micros = match args.delay {
-        None => 0,
-        Some(d) => i64::try_from(d.as_micros())
-            .ok()
-            .filter(|m| *m < 100 * 365 * 86_400 * 1_000_000)
-            .ok_or_else(|| CodedError::usage("--delay is too long; use at most 100 years"))?,
-    };
+    let delay_micros = delay_micros(args.delay)?;
     let reason = match args.reason.as_deref().map(str::trim) {
         Some("") => return Err(CodedError::usage("--reason must not be empty").into()),
         r => r.map(str::to_owned),
@@ -35,96 +28,58 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
         actor: config::actor(&args.audit)?,
         reason,
     };
-    let json = args.output.json;
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    db::ensure_migrated_through(&pool, &cfg, db::migrate::AUDIT_SCHEMA).await?;
-    let mut conn = pool.acquire().await?;
+    let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
     let pin = db::Pin::new(&cfg, &[]);
     let ids = pin
         .run(&mut conn, async |c| {
-            dead::select_dead(c, &selection, args.limit, "requeue").await
+            select_dead(c, &selection, args.limit, "requeue").await
         })
         .await?;
-    let n = ids.len() as u64;
-    let what = output::plural(n, "dead event", "dead events");
-
-    if args.dry_run {
-        let rows = pin
-            .run(&mut conn, async |c| dead::rows_of(c, &ids).await)
-            .await?;
-        if json {
-            output::print_json(&BatchReport {
-                dry_run: true,
-                matched: n,
-                requeued: Some(0),
-                discarded: None,
-                skipped: 0,
-                batches: 0,
-                elapsed_ms: 0,
-                ids: None,
-                events: Some(&rows),
-            })?;
-        } else {
-            if !rows.is_empty() {
-                view::print_dead_table(&rows)?;
+    let plan = batch::Plan {
+        words: REQUEUE,
+        rows: batch::Rows::Dead,
+        dry_run: args.dry_run,
+        confirm: None,
+        json: args.output.json,
+        batch_size: args.batch_size,
+        dry_detail: format!(
+            ", due {}, attempts {}",
+            match args.delay {
+                None => "now".to_owned(),
+                Some(d) => format!("in {}", output::human_duration(d)),
+            },
+            if args.keep_attempts {
+                "kept"
+            } else {
+                "reset to 0"
             }
-            output::print_summary(format_args!(
-                "would requeue {what}, due {}, attempts {} (dry run: nothing changed)",
-                match args.delay {
-                    None => "now".to_owned(),
-                    Some(d) => format!("in {}", output::human_duration(d)),
-                },
-                if args.keep_attempts {
-                    "kept"
-                } else {
-                    "reset to 0"
-                }
-            ))?;
-        }
-        return Ok(OK);
-    }
-
-    let started = Instant::now();
+        ),
+    };
     let spec = db::dead::RequeueSpec {
         keep_attempts: args.keep_attempts,
         delay_micros,
     };
-    let done = dead::apply(
+    batch::run(
+        &plan,
         &pin,
         &mut conn,
         &ids,
-        args.batch_size,
-        Action::Requeue(spec),
-        &audit,
-        json,
+        DeadReport::requeued,
+        async |c, chunk| Ok(db::dead::requeue(c, chunk, &spec, &audit).await?),
+        |t| match (args.delay, t.matched > 0) {
+            (Some(d), true) => format!("; due in {}", output::human_duration(d)),
+            _ => String::new(),
+        },
     )
-    .await?;
-    let report = BatchReport {
-        dry_run: false,
-        matched: n,
-        requeued: Some(done.ids.len() as u64),
-        discarded: None,
-        skipped: n - done.ids.len() as u64,
-        batches: done.batches,
-        elapsed_ms: started.elapsed().as_millis() as u64,
-        ids: Some(done.ids),
-        events: None,
-    };
-    if json {
-        output::print_json(&report)?;
-    } else {
-        let mut line = dead::summary("requeued", &report, report.requeued.unwrap_or(0));
-        if let (Some(d), true) = (args.delay, report.matched > 0) {
-            line.push_str(&format!("; due in {}", output::human_duration(d)));
-        }
-        output::print_summary(format_args!("{line}"))?;
-    }
-    Ok(OK)
+    .await
 }
+
+/// How `requeue` reads.
+const REQUEUE: batch::Words = batch::Words::dead("requeue", "requeued", "requeuing");
 
 /// The `--json` output of `requeue` (docs/reference/json.md).
 pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    vec![crate::docs::json::Output::of::<BatchReport<'static>>(
+    vec![crate::docs::json::Output::of::<DeadReport>(
         "requeue --json",
         "With `--dry-run`, `events` lists what would be requeued and `ids` is absent.",
     )]

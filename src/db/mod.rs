@@ -477,6 +477,17 @@ pub async fn pool_migrated(cfg: &DbConfig, max: u32) -> anyhow::Result<PgPool> {
     Ok(pool)
 }
 
+/// One connection to a schema migrated through `through`: what a command that changes events and
+/// writes their audit rows needs (a pool of one, dropped with the connection).
+pub async fn conn_migrated_through(
+    cfg: &DbConfig,
+    through: i64,
+) -> anyhow::Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+    let pool = pool_migrated(cfg, 1).await?;
+    ensure_migrated_through(&pool, cfg, through).await?;
+    Ok(pool.acquire().await?)
+}
+
 /// The settings of a relay's sessions (see [`pool_for_relay`]), as (name, value).
 fn relay_settings(async_commit: bool, lease: std::time::Duration) -> Vec<(&'static str, String)> {
     let idle_ms = lease.as_millis().max(1000);

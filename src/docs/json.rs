@@ -67,7 +67,7 @@ pub fn outputs() -> Vec<Output> {
         cmd::requeue::json_outputs(),
         cmd::ordering::json_outputs(),
         cmd::events::json_outputs(),
-        cmd::edit::json_outputs(),
+        cmd::events::edit::json_outputs(),
         cmd::prune::json_outputs(),
         cmd::doctor::json_outputs(),
         cmd::bench::json_outputs(),

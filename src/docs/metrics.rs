@@ -50,7 +50,8 @@ pub fn families(exposition: &str) -> Vec<Family> {
 /// The families of `stats --format prometheus` for a report in which every optional figure is
 /// present, each with the label `--by` adds to it (one per `--by` value).
 fn stats_families() -> Vec<(Family, Vec<String>)> {
-    use crate::cmd::stats::{prometheus, Figures, StatsReport};
+    use crate::cmd::stats::prometheus;
+    use crate::ops::stats::{Figures, StatsReport};
     let now = chrono::DateTime::from_timestamp(1_767_225_600, 0).expect("a valid time");
     let figures = Figures {
         next_due_at: Some(now),

@@ -1,14 +1,16 @@
-//! What every change of events by id shares (`events cancel|reschedule` in [`super::events`],
-//! `events edit` in [`super::edit`]): the rows locked in id order, what each id was seen as, and
-//! why one is refused.
+//! What every change of events by id shares (`events cancel|reschedule` and `events edit`): the
+//! rows locked in id order, what each id was seen as, and why one is refused. Below the commands,
+//! so `events` and its `edit` share it without importing each other.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde::Serialize;
+use sqlx::{Connection, Postgres, Transaction};
 
-use crate::cmd::dead;
 use crate::db::{self, events::EventState};
 use crate::exit::CodedError;
+use crate::output;
 
 /// Why an event cannot be changed.
 #[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
@@ -64,7 +66,7 @@ pub fn reschedule_refusal(seen: Seen) -> Option<String> {
     }
 }
 
-pub(crate) fn refusals(
+fn refusals(
     ids: &[i64],
     seen: &HashMap<i64, Seen>,
     rule: impl Fn(Seen) -> Option<String>,
@@ -91,15 +93,12 @@ pub(crate) fn refusal_error(verb: &str, refused: &[Refusal]) -> CodedError {
         .collect();
     CodedError::usage(format!(
         "refusing to {verb}, nothing was changed: {}",
-        dead::list_some(&items)
+        output::list_some(&items)
     ))
 }
 
 /// Sees `ids` without locking (for the preview and the question).
-pub(crate) async fn peek(
-    conn: &mut sqlx::PgConnection,
-    ids: &[i64],
-) -> anyhow::Result<HashMap<i64, Seen>> {
+async fn peek(conn: &mut sqlx::PgConnection, ids: &[i64]) -> anyhow::Result<HashMap<i64, Seen>> {
     Ok(db::events::states(conn, ids)
         .await?
         .into_iter()
@@ -108,10 +107,7 @@ pub(crate) async fn peek(
 }
 
 /// Locks `ids` (SKIP LOCKED) and sees them; call inside the transaction that changes them.
-pub(crate) async fn lock(
-    conn: &mut sqlx::PgConnection,
-    ids: &[i64],
-) -> anyhow::Result<HashMap<i64, Seen>> {
+async fn lock(conn: &mut sqlx::PgConnection, ids: &[i64]) -> anyhow::Result<HashMap<i64, Seen>> {
     let mut seen: HashMap<i64, Seen> = db::events::lock_states(conn, ids)
         .await?
         .into_iter()
@@ -128,6 +124,42 @@ pub(crate) async fn lock(
         }
     }
     Ok(seen)
+}
+
+/// Why any of `ids` would be refused, seen without locking (for the preview and the question).
+pub async fn peek_refusals(
+    conn: &mut sqlx::PgConnection,
+    ids: &[i64],
+    rule: impl Fn(Seen) -> Option<String>,
+) -> anyhow::Result<Vec<Refusal>> {
+    Ok(refusals(ids, &peek(conn, ids).await?, rule))
+}
+
+/// Opens the transaction that changes `ids`, locking them (SKIP LOCKED) and seeing them under the
+/// lock: `Err` with the refusals (rolled back) when any may not change.
+pub async fn lock_all<'c>(
+    conn: &'c mut sqlx::PgConnection,
+    ids: &[i64],
+    rule: impl Fn(Seen) -> Option<String>,
+) -> anyhow::Result<Result<Transaction<'c, Postgres>, Vec<Refusal>>> {
+    let mut tx = conn.begin().await?;
+    let refused = refusals(ids, &lock(&mut tx, ids).await?, rule);
+    if refused.is_empty() {
+        return Ok(Ok(tx));
+    }
+    tx.rollback().await?;
+    Ok(Err(refused))
+}
+
+/// `--delay` as the microseconds the SQL adds to the database's `now()` (0 without it).
+pub fn delay_micros(delay: Option<Duration>) -> Result<i64, CodedError> {
+    match delay {
+        None => Ok(0),
+        Some(d) => i64::try_from(d.as_micros())
+            .ok()
+            .filter(|m| *m < 100 * 365 * 86_400 * 1_000_000)
+            .ok_or_else(|| CodedError::usage("--delay is too long; use at most 100 years")),
+    }
 }
 
 pub(crate) fn sorted_ids(ids: &[i64]) -> Vec<i64> {

@@ -1,4 +1,6 @@
-//! How events look on a terminal and in JSON, shared by `dead`, `requeue` and `events`.
+//! How events look on a terminal and in JSON, shared by `dead`, `requeue` and `events`: lists,
+//! tables, one event's detail (with its requeue history and audit trail) and the error for an id
+//! that is gone. Below the commands, so none of them imports another to show an event.
 
 use std::io::Write;
 
@@ -13,6 +15,7 @@ use crate::db::events::{EventRow, Scope};
 use crate::db::timestamp::Timestamp;
 use crate::exit::CodedError;
 use crate::json::{self, JsonText};
+use crate::output::JsonArray;
 use crate::select::EventFilter;
 use crate::{db, output};
 
@@ -228,94 +231,6 @@ pub async fn print_list(
     Ok(())
 }
 
-/// Writes an object as `serde_json::to_vec_pretty` would, byte for byte, when its last field is
-/// an array streamed one item at a time: [`JsonArray::begin`] writes the scalar fields and the
-/// array's `[`, [`JsonArray::push`] each item, [`JsonArray::finish`] the rest. The items alone
-/// can also go elsewhere first ([`JsonArray::items`], e.g. a spill file) and be copied in later.
-#[derive(Debug)]
-pub struct JsonArray<W: Write> {
-    out: W,
-    first: bool,
-}
-
-impl<W: Write> JsonArray<W> {
-    /// Writes `{`, each `(key, value)` (scalars), and `"array_key": [`.
-    pub fn begin(
-        mut out: W,
-        fields: &[(&str, serde_json::Value)],
-        array_key: &str,
-    ) -> anyhow::Result<Self> {
-        Self::write_head(&mut out, fields, array_key)?;
-        Ok(Self { out, first: true })
-    }
-
-    /// An array's items only, written to `out` (no head, no tail).
-    pub fn items(out: W) -> Self {
-        Self { out, first: true }
-    }
-
-    /// The head [`JsonArray::begin`] writes.
-    pub fn write_head(
-        out: &mut impl Write,
-        fields: &[(&str, serde_json::Value)],
-        array_key: &str,
-    ) -> anyhow::Result<()> {
-        let mut head = b"{".to_vec();
-        for (k, v) in fields {
-            head.extend_from_slice(b"\n  ");
-            serde_json::to_writer(&mut head, k)?;
-            head.extend_from_slice(b": ");
-            serde_json::to_writer_pretty(&mut head, v)?;
-            head.push(b',');
-        }
-        head.extend_from_slice(b"\n  ");
-        serde_json::to_writer(&mut head, array_key)?;
-        head.extend_from_slice(b": [");
-        out.write_all(&head)?;
-        Ok(())
-    }
-
-    /// Writes one item. Serialized to a buffer first, so a closed stdout surfaces as an
-    /// `io::Error` (a normal exit) rather than inside a `serde_json::Error`.
-    pub fn push<T: Serialize>(&mut self, item: &T) -> anyhow::Result<()> {
-        let text = serde_json::to_vec_pretty(item)?;
-        let mut buf = Vec::with_capacity(text.len() + text.len() / 8 + 8);
-        buf.extend_from_slice(if self.first { b"\n" } else { b",\n" });
-        self.first = false;
-        // Pretty JSON has a newline only between tokens (strings escape theirs): indent each line.
-        for (i, line) in text.split(|b| *b == b'\n').enumerate() {
-            if i > 0 {
-                buf.push(b'\n');
-            }
-            buf.extend_from_slice(b"    ");
-            buf.extend_from_slice(line);
-        }
-        self.out.write_all(&buf)?;
-        Ok(())
-    }
-
-    /// Whether no item was pushed.
-    pub fn is_empty(&self) -> bool {
-        self.first
-    }
-
-    /// The writer, for [`JsonArray::items`].
-    pub fn into_inner(self) -> W {
-        self.out
-    }
-
-    /// The tail [`JsonArray::finish`] writes after `empty` or not items.
-    pub fn write_tail(out: &mut impl Write, empty: bool) -> std::io::Result<()> {
-        out.write_all(if empty { b"]\n}\n" } else { b"\n  ]\n}\n" })
-    }
-
-    /// Closes the array and the object (and a final newline, like `output::print_json`).
-    pub fn finish(mut self) -> std::io::Result<W> {
-        Self::write_tail(&mut self.out, self.first)?;
-        Ok(self.out)
-    }
-}
-
 pub fn note_truncated(shown: usize) {
     output::note(format_args!(
         "showing the first {}; more match: raise --limit or narrow the filters",
@@ -485,6 +400,69 @@ pub fn audit_line(a: &AuditRecord) -> String {
 /// The error for an id that does not exist.
 pub fn no_such_event(id: i64, schema: &str) -> CodedError {
     CodedError::usage(format!("no event with id {id} in schema `{schema}`"))
+}
+
+/// Event `id`, or the error saying it does not exist ([`missing`]).
+pub async fn get(conn: &mut PgConnection, id: i64, schema: &str) -> anyhow::Result<EventRow> {
+    match db::events::get(conn, id).await? {
+        Some(event) => Ok(event),
+        None => Err(missing(conn, id, schema).await?.into()),
+    }
+}
+
+/// The error for an id that does not exist, saying who deleted it when the audit trail knows.
+async fn missing(conn: &mut PgConnection, id: i64, schema: &str) -> anyhow::Result<CodedError> {
+    let mut err = no_such_event(id, schema);
+    if db::events::table_exists(conn, "outbox_audit").await? {
+        if let Some(a) = db::audit::deletion(conn, id).await? {
+            err.message.push_str(&format!(
+                ": it was {} at {} by {} (role {})",
+                if a.action == "cancel" {
+                    "cancelled"
+                } else {
+                    "discarded"
+                },
+                time(Some(a.at)),
+                a.actor.as_deref().unwrap_or("unknown"),
+                a.db_role
+            ));
+        }
+    }
+    Ok(err)
+}
+
+/// Prints one event as `dead show` and `events show` do: with its requeue history and its audit
+/// trail, as [`EventDetail`] with `json`, else as [`print_event`] lays it out.
+pub async fn show(conn: &mut PgConnection, event: &EventRow, json: bool) -> anyhow::Result<()> {
+    let (requeues, audit) = history(conn, event.id).await?;
+    if json {
+        output::print_json(&EventDetail {
+            event,
+            requeues: &requeues,
+            audit: &audit,
+        })
+    } else {
+        print_event(event, &requeues, &audit)
+    }
+}
+
+/// The requeue history of an event and its whole audit trail; empty when the schema predates the
+/// tables (migration 3 for requeues, 4 for the audit trail).
+async fn history(
+    conn: &mut PgConnection,
+    id: i64,
+) -> anyhow::Result<(Vec<RequeueRecord>, Vec<AuditRecord>)> {
+    let requeues = if db::events::table_exists(conn, "outbox_requeues").await? {
+        db::dead::history(conn, id).await?
+    } else {
+        Vec::new()
+    };
+    let audit = if db::events::table_exists(conn, "outbox_audit").await? {
+        db::audit::history(conn, id).await?
+    } else {
+        Vec::new()
+    };
+    Ok((requeues, audit))
 }
 
 #[cfg(test)]

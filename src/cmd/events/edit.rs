@@ -10,15 +10,16 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
-use sqlx::Connection;
 
 use crate::cli::EditArgs;
-use crate::cmd::change::{id_list, lock, peek, refusal_error, refusals, sorted_ids, Refusal, Seen};
-use crate::cmd::publish::{has_nul, NUL};
 use crate::config::{self, DbConfig};
 use crate::db::{self, audit::Audit, events::EditPreview, events::EditSpec, events::EventState};
 use crate::exit::{CodedError, FAILURE, OK};
 use crate::json::JsonText;
+use crate::ops::change::{
+    id_list, lock_all, peek_refusals, refusal_error, sorted_ids, Refusal, Seen,
+};
+use crate::ops::new_event::{has_nul, payload_arg, NUL};
 use crate::output;
 
 /// Why `edit` refuses an event, or None when it may be changed.
@@ -48,7 +49,7 @@ pub fn spec_of(args: &EditArgs) -> Result<EditSpec, CodedError> {
     let payload = match args.payload.as_deref() {
         None => None,
         Some(raw) => {
-            let text = super::payload_arg(raw)?;
+            let text = payload_arg(raw)?;
             // Checked without converting numbers: the text goes to PostgreSQL as it is.
             crate::json::validate(&text)
                 .map_err(|e| CodedError::usage(format!("--payload is not valid JSON: {e}")))?;
@@ -174,9 +175,7 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
         actor: config::actor(&args.audit)?,
         reason: args.reason.clone(),
     };
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    db::ensure_migrated_through(&pool, &cfg, db::migrate::EDIT_SCHEMA).await?;
-    let mut conn = pool.acquire().await?;
+    let mut conn = db::conn_migrated_through(&cfg, db::migrate::EDIT_SCHEMA).await?;
     let refuse = |refused: &[Refusal], dry_run: bool| -> anyhow::Result<anyhow::Error> {
         if json {
             output::print_json(&EditReport {
@@ -188,8 +187,7 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
         Ok(refusal_error("edit", refused).into())
     };
 
-    let seen = peek(&mut conn, &ids).await?;
-    let refused = refusals(&ids, &seen, |s| edit_refusal(s, spec.requeue));
+    let refused = peek_refusals(&mut conn, &ids, |s| edit_refusal(s, spec.requeue)).await?;
     if !refused.is_empty() {
         return Err(refuse(&refused, args.dry_run)?);
     }
@@ -225,13 +223,10 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
         return Ok(FAILURE);
     }
 
-    let mut tx = conn.begin().await?;
-    let seen = lock(&mut tx, &ids).await?;
-    let refused = refusals(&ids, &seen, |s| edit_refusal(s, spec.requeue));
-    if !refused.is_empty() {
-        tx.rollback().await?;
-        return Err(refuse(&refused, false)?);
-    }
+    let mut tx = match lock_all(&mut conn, &ids, |s| edit_refusal(s, spec.requeue)).await? {
+        Ok(tx) => tx,
+        Err(refused) => return Err(refuse(&refused, false)?),
+    };
     // Under the lock: exactly the values the edit writes, for the report.
     let previews = db::events::preview_edit(&mut tx, &ids, &spec).await?;
     let mut edited = db::events::edit(&mut tx, &ids, &spec, &audit).await?;

@@ -1,0 +1,19 @@
+//! What several commands share, below them: the commands in `cmd` never import each other, they
+//! call down into these modules, which call down into `db` (all the SQL) and never up into `cmd`.
+//!
+//! - [`batch`]: select, dry run, confirm, change in short batches, report (`dead discard`,
+//!   `requeue`, `events cancel|reschedule` by filters);
+//! - [`change`]: changing events by id all or nothing (`events cancel|reschedule|edit`);
+//! - [`view`]: how events look (lists, tables, one event's detail);
+//! - [`select`]: the dead ids a selection means, and filters checked against the database;
+//! - [`stats`]: the figures `stats`, `doctor` and `demo` read;
+//! - [`publish`] and [`new_event`]: bulk publish (`publish --file`, `bench`, `demo`) and the
+//!   validation of one new event.
+
+pub mod batch;
+pub mod change;
+pub mod new_event;
+pub mod publish;
+pub mod select;
+pub mod stats;
+pub mod view;

@@ -1,0 +1,57 @@
+//! Selections checked against the database: a filter's regular expression as PostgreSQL reads it,
+//! and the dead ids a selection of `dead discard`, `dead export` or `requeue` means. (The flags
+//! themselves are validated before any I/O in `crate::select`.)
+
+use sqlx::PgConnection;
+
+use crate::db::{self, events::EventState};
+use crate::exit::CodedError;
+use crate::output;
+use crate::select::{EventFilter, Selection};
+
+/// Rejects a regular expression PostgreSQL would reject, as bad input (exit code 2).
+pub async fn check_filter(conn: &mut PgConnection, filter: &EventFilter) -> anyhow::Result<()> {
+    if let Some(re) = &filter.error_regex {
+        if let Some(why) = db::events::check_regex(conn, re).await? {
+            return Err(CodedError::usage(format!("invalid --error-regex `{re}`: {why}")).into());
+        }
+    }
+    Ok(())
+}
+
+/// The dead ids a selection means, newest dead first. Explicit ids must all exist and be dead,
+/// else nothing happens and the error names each offending id.
+pub async fn select_dead(
+    conn: &mut PgConnection,
+    selection: &Selection,
+    limit: Option<u64>,
+    verb: &str,
+) -> anyhow::Result<Vec<i64>> {
+    let none = EventFilter::default();
+    match selection {
+        Selection::Ids(ids) => {
+            let states = db::events::states(conn, ids).await?;
+            let problems: Vec<String> = ids
+                .iter()
+                .filter_map(|id| match states.iter().find(|(i, _)| i == id) {
+                    None => Some(format!("no event {id}")),
+                    Some((_, EventState::Dead)) => None,
+                    Some((_, s)) => Some(format!("event {id} is {s}, not dead-lettered")),
+                })
+                .collect();
+            if !problems.is_empty() {
+                return Err(CodedError::usage(format!(
+                    "cannot {verb}: {}; nothing was changed",
+                    output::list_some(&problems)
+                ))
+                .into());
+            }
+            Ok(db::events::dead_ids(conn, &none, Some(ids), limit).await?)
+        }
+        Selection::Filter(f) => {
+            check_filter(conn, f).await?;
+            Ok(db::events::dead_ids(conn, f, None, limit).await?)
+        }
+        Selection::All => Ok(db::events::dead_ids(conn, &none, None, limit).await?),
+    }
+}

@@ -1,0 +1,157 @@
+//! The figures of an outbox (backlog, lag, in flight, dead letters, throughput), read in one
+//! snapshot: what `stats` prints, `stats --check` judges, `doctor` checks the relays and the lag
+//! against and `demo` shows. Below the commands, so they share the reading without importing
+//! `stats`.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::cli::StatsBy;
+use crate::db::{self, stats::GroupBy};
+
+/// The figures for the whole outbox or one group.
+#[derive(Debug, Default, Clone, Serialize, PartialEq, schemars::JsonSchema)]
+pub struct Figures {
+    /// Due now and not leased.
+    pub ready: i64,
+    /// Not yet due (delayed, or waiting for a retry).
+    pub scheduled: i64,
+    /// Leased by a relay.
+    pub in_flight: i64,
+    /// Pending and not leased, having failed at least once (attempt_count > 0): waiting for a
+    /// retry, or due again.
+    pub retrying: i64,
+    /// Dead-lettered.
+    pub dead_lettered: i64,
+    /// Published within the last minute.
+    pub published_last_minute: i64,
+    /// Published within the last hour.
+    pub published_last_hour: i64,
+    /// Seconds the oldest ready event has been due (0 when nothing is ready).
+    pub oldest_ready_lag_seconds: f64,
+    /// Seconds since the oldest ready event was created.
+    pub oldest_ready_age_seconds: f64,
+    /// Seconds since the oldest pending event (ready, scheduled or in flight) was created: grows
+    /// while nothing is delivered, whatever the rows' `available_at` (0 when nothing is pending).
+    pub oldest_pending_age_seconds: f64,
+    /// How late the most overdue pending event is, in seconds (what `--warn-lag`/`--crit-lag`
+    /// compare): a ready event counts from when it fell due, one that failed before (waiting for
+    /// a retry, or being retried) from when it first fell due (its `created_at`), one scheduled
+    /// for later and never tried not at all. 0 when none is late.
+    pub oldest_pending_lag_seconds: f64,
+    /// When the next scheduled event becomes due; null when none is scheduled.
+    pub next_due_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct StatsReport {
+    /// The schema holding the outbox.
+    pub schema: String,
+    /// When the figures were read (database clock).
+    pub now: DateTime<Utc>,
+    /// Published per second over the last minute.
+    pub throughput_per_second: f64,
+    /// `None` (JSON null) when the table was never analysed.
+    pub table_rows_estimate: Option<i64>,
+    #[serde(flatten)]
+    pub total: Figures,
+    /// Ordered keys blocked by a dead-lettered head (`ordering`); absent before migration 6.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<db::ordering::Blocked>,
+    /// With `--by`: the grouping (event-type, tenant, aggregate-type).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// With `--by`: the figures of each group, by its value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<BTreeMap<String, Figures>>,
+}
+
+/// Reads every figure in one read-only snapshot so they agree with each other.
+pub async fn collect(
+    conn: &mut sqlx::PgConnection,
+    schema: &str,
+    by: Option<StatsBy>,
+) -> anyhow::Result<StatsReport> {
+    let group = match by {
+        None => GroupBy::None,
+        Some(StatsBy::EventType) => GroupBy::EventType,
+        Some(StatsBy::Tenant) => GroupBy::Tenant,
+        Some(StatsBy::AggregateType) => GroupBy::AggregateType,
+    };
+    let mut tx = db::stats::snapshot(conn).await?;
+    let now = db::stats::now(&mut tx).await?;
+    let pending = db::stats::pending(&mut tx, group).await?;
+    let dead = db::stats::dead(&mut tx, group).await?;
+    let published = db::stats::published_recent(&mut tx, group).await?;
+    let rows = db::stats::table_rows_estimate(&mut tx).await?;
+    let blocked = db::ordering::blocked_if_migrated(&mut tx).await?;
+    tx.commit().await?;
+
+    let secs = |t: Option<DateTime<Utc>>| {
+        t.map(|t| ((now - t).num_microseconds().unwrap_or(0) as f64 / 1e6).max(0.0))
+            .unwrap_or(0.0)
+    };
+    let mut groups: BTreeMap<String, Figures> = BTreeMap::new();
+    for p in pending {
+        let f = groups.entry(p.key).or_default();
+        f.ready = p.ready;
+        f.scheduled = p.scheduled;
+        f.in_flight = p.in_flight;
+        f.retrying = p.retrying;
+        f.oldest_pending_age_seconds = secs(p.oldest_pending_created_at);
+        f.oldest_pending_lag_seconds = secs(p.late_since);
+        f.oldest_ready_lag_seconds = secs(p.oldest_ready_available_at);
+        f.oldest_ready_age_seconds = secs(p.oldest_ready_created_at);
+        f.next_due_at = p.next_due_at;
+    }
+    for d in dead {
+        groups.entry(d.key).or_default().dead_lettered = d.a;
+    }
+    for p in published {
+        let f = groups.entry(p.key).or_default();
+        f.published_last_minute = p.a;
+        f.published_last_hour = p.b;
+    }
+    let mut total = Figures::default();
+    for f in groups.values() {
+        total.ready += f.ready;
+        total.scheduled += f.scheduled;
+        total.in_flight += f.in_flight;
+        total.retrying += f.retrying;
+        total.oldest_pending_age_seconds = total
+            .oldest_pending_age_seconds
+            .max(f.oldest_pending_age_seconds);
+        total.oldest_pending_lag_seconds = total
+            .oldest_pending_lag_seconds
+            .max(f.oldest_pending_lag_seconds);
+        total.dead_lettered += f.dead_lettered;
+        total.published_last_minute += f.published_last_minute;
+        total.published_last_hour += f.published_last_hour;
+        total.oldest_ready_lag_seconds = total
+            .oldest_ready_lag_seconds
+            .max(f.oldest_ready_lag_seconds);
+        total.oldest_ready_age_seconds = total
+            .oldest_ready_age_seconds
+            .max(f.oldest_ready_age_seconds);
+        total.next_due_at = match (total.next_due_at, f.next_due_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(StatsReport {
+        schema: schema.to_owned(),
+        now,
+        throughput_per_second: total.published_last_minute as f64 / 60.0,
+        table_rows_estimate: rows,
+        total,
+        blocked,
+        by: by.map(|b| match b {
+            StatsBy::EventType => "event-type".into(),
+            StatsBy::Tenant => "tenant".into(),
+            StatsBy::AggregateType => "aggregate-type".into(),
+        }),
+        groups: by.map(|_| groups),
+    })
+}
