@@ -4,6 +4,8 @@
 //! - `kill -9` of one of four relays mid-batch (lease, tx);
 //! - `pg_terminate_backend` of every relay backend, repeatedly (lease, tx);
 //! - PostgreSQL restart during a drain, on a cluster of the suite's own (lease, tx);
+//! - a failover: the primary stopped, its address moved to a streaming standby, the standby
+//!   promoted (lease, tx);
 //! - NATS, Redis, RabbitMQ (own instances) down and back up, and frozen with SIGSTOP for longer
 //!   than `--publish-timeout`, and Kafka (Tansu) the same, each in lease and in tx mode;
 //! - each broker full (Redis at `maxmemory`, a JetStream stream at `max_msgs`, a RabbitMQ queue at
@@ -23,10 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::http::{Behaviour, Consumer};
-use super::servers::{file_deliveries, ChildServer, PgBouncer, RabbitNode};
+use super::servers::{file_deliveries, ChildServer, MovingAddress, PgBouncer, RabbitNode};
 use super::{relay_cmd, Checker, Load, Relays, DEPTH};
 use crate::common::{signal, wait_until, TestDb};
-use crate::pg_cluster::PgCluster;
+use crate::pg_cluster::{debian_bin, OwnCluster, PgCluster};
 
 const SETTLE: Duration = Duration::from_secs(180);
 
@@ -275,6 +277,81 @@ async fn postgres_restart_during_a_drain() {
             )
             .await;
         report.assert_ok(&relays.logs());
+    }
+}
+
+/// A failover: relays (daemons) and producers reach the database through an address that moves
+/// ([`MovingAddress`]); mid-drain the primary is stopped, the address moves to its streaming
+/// standby, which the relays meet read-only (each must say so, once), and the standby is then
+/// promoted. Nothing the new primary holds is lost (a fast stop sends every WAL record to the
+/// standby first), and what comes twice is at most the batches in flight when the old
+/// primary's sessions ended: relays x `DEPTH` x batch (tx mode: their claims rolled back; lease
+/// mode: their settles not made within the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_to_a_promoted_standby() {
+    for mode in ["lease", "tx"] {
+        let primary = OwnCluster::start(&debian_bin(), crate::common::port(18775), |_| {});
+        let address = MovingAddress::start(primary.port).await;
+        let mut ck = Checker::new(
+            TestDb::new_at(&address.url()).await,
+            &format!("failover ({mode})"),
+        );
+        let standby = OwnCluster::standby_of(&primary, crate::common::port(18776));
+        let consumer = Consumer::start();
+        // Producers go on through the failover, as an application would (retrying its
+        // transactions while the database is away or read-only).
+        let load = Load {
+            spread: Duration::from_secs(8),
+            ..Load::new().poison(97)
+        };
+        let batch = 50;
+        let relays_n = 2;
+        let mut relays = Relays::spawn(relays_n, |_| {
+            relay_cmd(&ck.db, mode, &consumer.url(), batch, "2s")
+        });
+        let producers = ck.produce(&load);
+        ck.wait_progress(load.events / 4).await;
+        ck.assert_mid_drain().await;
+        primary.stop();
+        address.point_at(standby.port);
+        // The fault was felt: a relay met the standby, read-only, before its promotion.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !relays.logs().contains("the database is read-only") {
+            assert!(
+                Instant::now() < deadline,
+                "{mode}: no relay met the read-only standby\n{}",
+                tail_of(&relays.logs())
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        standby.promote();
+        let end = Instant::now();
+        let recovery = ck.wait_settled(end, SETTLE).await;
+        producers.await.unwrap();
+        relays.assert_running();
+        relays.stop();
+        let logs = relays.logs();
+        for i in 0..relays_n {
+            let said = logs
+                .lines()
+                .filter(|l| l.starts_with(&format!("[{i}] ")) && l.contains("WARN"))
+                .filter(|l| l.contains("the database is read-only"))
+                .count();
+            assert!(
+                said <= 1,
+                "{mode}: relay {i} said {said} times that the database is read-only\n{logs}"
+            );
+        }
+        let report = ck
+            .check(
+                &consumer.processed(),
+                relays_n,
+                "primary stopped, the address moved to its standby (read-only), promoted",
+                relays_n * DEPTH * batch,
+                recovery,
+            )
+            .await;
+        report.assert_ok(&logs);
     }
 }
 

@@ -369,3 +369,60 @@ pub fn file_deliveries(paths: &[&Path]) -> Vec<Vec<u8>> {
     }
     out
 }
+
+/// An address that moves, as a virtual IP or a DNS name does in a failover: a TCP proxy on a port
+/// of its own that forwards each connection to one server; [`MovingAddress::point_at`] sends new
+/// connections to another and cuts every connection made before (the sessions of the old server
+/// end with it). Not a test double of PostgreSQL: both ends are real servers.
+pub struct MovingAddress {
+    pub port: u16,
+    target: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    conns: std::sync::Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl MovingAddress {
+    pub async fn start(target: u16) -> Self {
+        use std::sync::atomic::{AtomicU16, Ordering};
+        use std::sync::{Arc, Mutex};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = Arc::new(AtomicU16::new(target));
+        let conns: Arc<Mutex<tokio::task::JoinSet<()>>> = Arc::default();
+        let (t, c) = (Arc::clone(&target), Arc::clone(&conns));
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let to = t.load(Ordering::SeqCst);
+                c.lock().unwrap().spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            target,
+            conns,
+            accept,
+        }
+    }
+
+    /// New connections go to `port` from now on; the ones made before are cut.
+    pub fn point_at(&self, port: u16) {
+        self.target.store(port, std::sync::atomic::Ordering::SeqCst);
+        self.conns.lock().unwrap().abort_all();
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for MovingAddress {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.conns.lock().unwrap().abort_all();
+    }
+}
