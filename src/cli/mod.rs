@@ -14,6 +14,7 @@ mod doctor;
 mod env;
 mod events;
 mod migrate;
+mod nagios;
 mod ordering;
 mod prune;
 mod publish;
@@ -34,6 +35,7 @@ pub use events::{
     RescheduleArgs, ShowArgs, StateArg,
 };
 pub use migrate::MigrateArgs;
+pub use nagios::is_nagios_check;
 pub use ordering::{
     OnDeadArg, OrderingArgs, OrderingCommand, OrderingDisableArgs, OrderingEnableArgs,
     OrderingSkipArgs, OrderingStatusArgs,
@@ -155,53 +157,6 @@ pub fn parse() -> Cli {
     })
 }
 
-/// Whether a command line asks for `stats --check` (typed, or `OUTBOXCTL_STATS_CHECK` on), so
-/// that even its usage errors follow the Nagios exit codes.
-pub fn is_nagios_check(
-    args: &[std::ffi::OsString],
-    env: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> bool {
-    let words: Vec<&str> = args.iter().skip(1).filter_map(|a| a.to_str()).collect();
-    // The subcommand is the first word that names one (`--schema stats migrate` is `migrate`).
-    let cmd = command();
-    let names: Vec<&str> = cmd
-        .get_subcommands()
-        .flat_map(|s| std::iter::once(s.get_name()).chain(s.get_all_aliases()))
-        .collect();
-    let mut sub = None;
-    let mut rest = words.iter();
-    while let Some(w) = rest.next() {
-        if [
-            "--database-url",
-            "--schema",
-            "--connect-timeout",
-            "--log-format",
-        ]
-        .contains(w)
-        {
-            rest.next(); // the flag's value
-        } else if names.contains(w) {
-            sub = Some(*w);
-            break;
-        }
-    }
-    if sub != Some("stats") {
-        return false;
-    }
-    let typed = words
-        .iter()
-        .any(|w| *w == "--check" || w.starts_with("--check="));
-    let from_env = env("OUTBOXCTL_STATS_CHECK")
-        .and_then(|v| v.into_string().ok())
-        .is_some_and(|v| {
-            !matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "" | "0" | "false" | "no" | "off" | "n" | "f"
-            )
-        });
-    typed || from_env
-}
-
 /// Parses a command line with [`command`]'s rules, then resolves the shared flags given before
 /// the subcommand into the subcommand's own groups (see [`SharedArgs`]).
 ///
@@ -219,95 +174,80 @@ where
     let matches = cmd
         .try_get_matches_from_mut(&args)
         .map_err(|e| explain(e, &cmd, &args))?;
-    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))?;
-    cli.resolve_shared(&matches)
-        .map_err(|msg| cmd.error(clap::error::ErrorKind::ArgumentConflict, msg))?;
-    Ok(cli)
+    let matches = apply_shared(&mut cmd, &args, matches)?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
 }
 
-impl Cli {
-    /// Applies the flags given before the subcommand (see [`SharedArgs`]) to the subcommand's own
-    /// groups, unless the subcommand's flag was given on the command line itself. A shared flag
-    /// before a command that does not take it is an error.
-    fn resolve_shared(&mut self, matches: &ArgMatches) -> Result<(), String> {
-        let mut leaf = matches;
-        let mut path = Vec::new();
-        while let Some((name, sub)) = leaf.subcommand() {
-            path.push(name.to_owned());
-            leaf = sub;
-        }
-        let typed = |id: &str| leaf.value_source(id) == Some(ValueSource::CommandLine);
-        let refuse =
-            |flag: &str| format!("`{flag}` does not apply to `outboxctl {}`", path.join(" "));
-        let shared = self.shared.clone();
-        let (db, output) = self.command.shared_groups();
-        let db_flag = [
-            (shared.database_url.is_some(), "--database-url"),
-            (shared.schema.is_some(), "--schema"),
-            (shared.connect_timeout.is_some(), "--connect-timeout"),
-        ]
-        .into_iter()
-        .find_map(|(given, flag)| given.then_some(flag));
-        match (db, db_flag) {
-            (None, Some(flag)) => return Err(refuse(flag)),
-            (Some(db), Some(_)) => {
-                if let (Some(v), false) = (shared.database_url, typed("database_url")) {
-                    db.database_url = Some(v);
-                }
-                if let (Some(v), false) = (shared.schema, typed("schema")) {
-                    db.schema = v;
-                }
-                if let (Some(v), false) = (shared.connect_timeout, typed("connect_timeout")) {
-                    db.connect_timeout = v;
-                }
-            }
-            (_, None) => {}
-        }
-        match (output, shared.json) {
-            (None, true) => return Err(refuse("--json")),
-            (Some(o), true) if !typed("json") => o.json = true,
-            _ => {}
-        }
-        Ok(())
-    }
-}
+/// The id prefix of [`SharedArgs`]' arguments: `shared_schema` stands for the subcommands'
+/// `schema`.
+const SHARED: &str = "shared_";
 
-impl Command {
-    /// The shared groups of the command that runs, for [`Cli::resolve_shared`]. A new
-    /// subcommand with a `DatabaseArgs` or `OutputArgs` group is listed here.
-    fn shared_groups(&mut self) -> (Option<&mut DatabaseArgs>, Option<&mut OutputArgs>) {
-        match self {
-            Command::Migrate(a) => (Some(&mut a.db), Some(&mut a.output)),
-            Command::Publish(a) => (Some(&mut a.db), Some(&mut a.output)),
-            Command::Relay(a) => (Some(&mut a.db), Some(&mut a.output)),
-            Command::Stats(a) => (Some(&mut a.db), Some(&mut a.output)),
-            Command::Dead(d) => match &mut d.command {
-                DeadCommand::List(a) => (Some(&mut a.db), Some(&mut a.output)),
-                DeadCommand::Show(a) => (Some(&mut a.show.db), Some(&mut a.show.output)),
-                DeadCommand::Discard(a) => (Some(&mut a.db), Some(&mut a.output)),
-                DeadCommand::Export(a) => (Some(&mut a.db), None),
-            },
-            Command::Requeue(a) => (Some(&mut a.db), Some(&mut a.output)),
-            Command::Ordering(o) => match &mut o.command {
-                OrderingCommand::Enable(a) => (Some(&mut a.db), Some(&mut a.output)),
-                OrderingCommand::Disable(a) => (Some(&mut a.db), Some(&mut a.output)),
-                OrderingCommand::Status(a) => (Some(&mut a.db), Some(&mut a.output)),
-                OrderingCommand::Skip(a) => (Some(&mut a.db), Some(&mut a.output)),
-            },
-            Command::Events(e) => match &mut e.command {
-                EventsCommand::List(a) => (Some(&mut a.db), Some(&mut a.output)),
-                EventsCommand::Show(a) => (Some(&mut a.show.db), Some(&mut a.show.output)),
-                EventsCommand::Cancel(a) => (Some(&mut a.db), Some(&mut a.output)),
-                EventsCommand::Reschedule(a) => (Some(&mut a.db), Some(&mut a.output)),
-                EventsCommand::Edit(a) => (Some(&mut a.db), Some(&mut a.output)),
-            },
-            Command::Prune(a) => (Some(&mut a.db), Some(&mut a.output)),
-            Command::Doctor(a) => (Some(&mut a.db), Some(&mut a.output)),
-            Command::Completions(_) => (None, None),
-            Command::Demo(a) => (Some(&mut a.db), None),
-            Command::Bench(a) => (Some(&mut a.db), Some(&mut a.output)),
+/// Applies the flags given before the subcommand (see [`SharedArgs`]) to the subcommand's own
+/// arguments of the same id, unless the subcommand's flag was given on the command line itself:
+/// the command line is parsed again with each such argument defaulting to the value given before
+/// the subcommand, without its environment variable (which that value wins over). A shared flag
+/// before a command that has no such argument is an error.
+///
+/// Read from what clap parsed, so a new subcommand with a [`DatabaseArgs`] or [`OutputArgs`]
+/// group takes the shared flags with no edit here.
+fn apply_shared(
+    cmd: &mut clap::Command,
+    args: &[std::ffi::OsString],
+    matches: ArgMatches,
+) -> Result<ArgMatches, clap::Error> {
+    let mut path = Vec::new();
+    let mut leaf = &matches;
+    while let Some((name, sub)) = leaf.subcommand() {
+        path.push(name.to_owned());
+        leaf = sub;
+    }
+    let leaf_ids: Vec<String> = path
+        .iter()
+        .fold(&*cmd, |c, name| {
+            c.find_subcommand(name).expect("a parsed subcommand")
+        })
+        .get_arguments()
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let shared: Vec<(String, String)> = cmd
+        .get_arguments()
+        .filter(|a| a.get_id().as_str().starts_with(SHARED))
+        .map(|a| (a.get_id().to_string(), a.to_string()))
+        .collect();
+    let mut defaults = Vec::new();
+    for (id, shown) in &shared {
+        let own = &id[SHARED.len()..];
+        if matches.value_source(id) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        if !leaf_ids.iter().any(|a| a == own) {
+            let flag = shown.split(' ').next().unwrap_or(shown);
+            let msg = format!("`{flag}` does not apply to `outboxctl {}`", path.join(" "));
+            return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, msg));
+        }
+        if leaf.value_source(own) != Some(ValueSource::CommandLine) {
+            let value = matches.get_raw(id).into_iter().flatten().next();
+            defaults.push((own.to_owned(), value.expect("given").to_owned()));
         }
     }
+    if defaults.is_empty() {
+        return Ok(matches);
+    }
+    fn with_defaults(
+        cmd: clap::Command,
+        path: &[String],
+        defaults: &[(String, std::ffi::OsString)],
+    ) -> clap::Command {
+        match path.split_first() {
+            Some((name, rest)) => cmd.mut_subcommand(name, |s| with_defaults(s, rest, defaults)),
+            None => defaults.iter().fold(cmd, |cmd, (id, value)| {
+                cmd.mut_arg(id, |a| a.env(None).default_value(value.clone()))
+            }),
+        }
+    }
+    *cmd = with_defaults(without_empty_env(command()), &path, &defaults);
+    cmd.try_get_matches_from_mut(args)
+        .map_err(|e| explain(e, cmd, args))
 }
 
 #[cfg(test)]
@@ -348,37 +288,6 @@ mod tests {
             err.to_string().contains("must be greater than zero"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn nagios_check_is_recognised_typed_or_from_the_environment() {
-        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
-        let none = |_: &str| None;
-        let on = |_: &str| Some(std::ffi::OsString::from("1"));
-        let off = |_: &str| Some(std::ffi::OsString::from("off"));
-        assert!(is_nagios_check(&args(&["o", "stats", "--check"]), none));
-        assert!(is_nagios_check(
-            &args(&["o", "stats", "--check=true"]),
-            none
-        ));
-        assert!(is_nagios_check(
-            &args(&["o", "stats", "--warn-lag", "x"]),
-            on
-        ));
-        assert!(!is_nagios_check(
-            &args(&["o", "stats", "--warn-lag", "x"]),
-            off
-        ));
-        assert!(!is_nagios_check(&args(&["o", "migrate", "--check"]), none));
-        assert!(!is_nagios_check(&args(&["o", "stats"]), none));
-        assert!(!is_nagios_check(
-            &args(&["o", "--schema", "stats", "migrate", "--check"]),
-            none
-        ));
-        assert!(is_nagios_check(
-            &args(&["o", "--schema", "x", "stats", "--check"]),
-            none
-        ));
     }
 
     #[test]
