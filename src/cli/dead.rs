@@ -4,7 +4,10 @@ use clap::builder::FalseyValueParser;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::events::ShowArgs;
-use super::shared::{AuditArgs, ConfirmArgs, DatabaseArgs, FilterArgs, OutputArgs};
+use super::shared::{
+    help_of, AuditArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListLimitArgs,
+    OutputArgs,
+};
 
 /// Dead letters: list, show, discard and export events the relay gave up on.
 ///
@@ -39,9 +42,8 @@ pub struct DeadListArgs {
     #[command(flatten)]
     pub filter: FilterArgs,
 
-    /// Show at most this many events (a note on stderr says when more match).
-    #[arg(long, env = "OUTBOXCTL_LIST_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    pub limit: u64,
+    #[command(flatten)]
+    pub list: ListLimitArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -65,6 +67,7 @@ pub struct DeadShowArgs {
 ///
 /// Example: outboxctl dead discard --event-type 'test.*' --until 30d --yes
 #[derive(Debug, Args)]
+#[command(mut_args(help_of("dry_run", "List what would be discarded; change nothing")))]
 pub struct DeadDiscardArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -88,9 +91,8 @@ pub struct DeadDiscardArgs {
     #[arg(long, env = "OUTBOXCTL_DISCARD_BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_size: u32,
 
-    /// List what would be discarded; change nothing.
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
-    pub dry_run: bool,
+    #[command(flatten)]
+    pub preview: DryRunArgs,
 
     #[command(flatten)]
     pub confirm: ConfirmArgs,

@@ -6,7 +6,10 @@ use std::time::Duration;
 use clap::builder::FalseyValueParser;
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::shared::{AuditArgs, ConfirmArgs, DatabaseArgs, FilterArgs, OutputArgs};
+use super::shared::{
+    help_of, AuditArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListLimitArgs,
+    OutputArgs,
+};
 use super::values::{parse_duration, parse_timestamp};
 
 /// Any event, in any state: list, show, cancel, reschedule and edit.
@@ -77,9 +80,8 @@ pub struct EventsListArgs {
     #[command(flatten)]
     pub filter: FilterArgs,
 
-    /// Show at most this many events (a note on stderr says when more match).
-    #[arg(long, env = "OUTBOXCTL_LIST_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    pub limit: u64,
+    #[command(flatten)]
+    pub list: ListLimitArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -118,6 +120,10 @@ pub enum StateArg {
     verbatim_doc_comment,
     about = "Delete events before they are published, by ids (all or nothing) or by filters (in batches)"
 )]
+#[command(mut_args(help_of(
+    "dry_run",
+    "Show what would be cancelled or refused; change nothing"
+)))]
 pub struct CancelArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -153,9 +159,8 @@ pub struct CancelArgs {
     #[arg(long, env = "OUTBOXCTL_CANCEL_FORCE", value_parser = FalseyValueParser::new())]
     pub force: bool,
 
-    /// Show what would be cancelled or refused; change nothing.
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
-    pub dry_run: bool,
+    #[command(flatten)]
+    pub preview: DryRunArgs,
 
     #[command(flatten)]
     pub confirm: ConfirmArgs,
@@ -189,6 +194,7 @@ pub struct CancelArgs {
     about = "Move when pending events are due, by ids (all or nothing) or by filters (in batches)"
 )]
 #[command(group(clap::ArgGroup::new("when").required(true).args(["at", "delay"])))]
+#[command(mut_args(help_of("dry_run", "Show what would be moved or refused; change nothing")))]
 pub struct RescheduleArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -227,9 +233,8 @@ pub struct RescheduleArgs {
     #[arg(long, env = "OUTBOXCTL_RESCHEDULE_DELAY", value_parser = parse_duration, value_name = "DURATION")]
     pub delay: Option<Duration>,
 
-    /// Show what would be moved or refused; change nothing.
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
-    pub dry_run: bool,
+    #[command(flatten)]
+    pub preview: DryRunArgs,
 
     #[command(flatten)]
     pub confirm: ConfirmArgs,
@@ -262,6 +267,10 @@ pub struct RescheduleArgs {
     verbatim_doc_comment,
     about = "Change pending or dead events before they are handled: payload, headers, event type"
 )]
+#[command(mut_args(help_of(
+    "dry_run",
+    "Print each event's diff (event type, headers, payload as pretty JSON); change nothing"
+)))]
 pub struct EditArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -307,9 +316,8 @@ pub struct EditArgs {
     #[arg(long, env = "OUTBOXCTL_EDIT_REASON", value_name = "TEXT")]
     pub reason: Option<String>,
 
-    /// Print each event's diff (event type, headers, payload as pretty JSON); change nothing.
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
-    pub dry_run: bool,
+    #[command(flatten)]
+    pub preview: DryRunArgs,
 
     #[command(flatten)]
     pub confirm: ConfirmArgs,

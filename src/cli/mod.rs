@@ -38,15 +38,15 @@ pub use migrate::MigrateArgs;
 pub use nagios::is_nagios_check;
 pub use ordering::{
     OnDeadArg, OrderingArgs, OrderingCommand, OrderingDisableArgs, OrderingEnableArgs,
-    OrderingSkipArgs, OrderingStatusArgs,
+    OrderingReasonArgs, OrderingSkipArgs, OrderingStatusArgs, OrderingTypesArgs,
 };
 pub use prune::PruneArgs;
 pub use publish::PublishArgs;
 pub use relay::{RelayArgs, RelayMode, RetryArgs, DEFAULT_LEASE};
 pub use requeue::RequeueArgs;
 pub use shared::{
-    AuditArgs, ConfirmArgs, DatabaseArgs, FilterArgs, LogArgs, LogFormat, OutputArgs, PoolerArg,
-    SharedArgs, TimeArg,
+    AuditArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListLimitArgs, LogArgs,
+    LogFormat, OutputArgs, PoolerArg, SharedArgs, TimeArg,
 };
 pub use stats::{StatsArgs, StatsBy, StatsCheckArgs, StatsFormat};
 pub use values::{

@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::shared::{AuditArgs, DatabaseArgs, OutputArgs};
+use super::shared::{help_of, AuditArgs, DatabaseArgs, OutputArgs};
 
 /// Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.
 ///
@@ -51,22 +51,15 @@ pub struct OrderingEnableArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// An aggregate type to order (repeatable); without it every type is ordered.
-    #[arg(
-        long = "aggregate-type",
-        env = "OUTBOXCTL_ORDERING_TYPES",
-        value_delimiter = ',',
-        value_name = "TYPE"
-    )]
-    pub aggregate_types: Vec<String>,
+    #[command(flatten)]
+    pub types: OrderingTypesArgs,
 
     /// What a dead-lettered head does to its key.
     #[arg(long, env = "OUTBOXCTL_ON_DEAD", value_enum, default_value_t = OnDeadArg::Block)]
     pub on_dead: OnDeadArg,
 
-    /// Why, recorded in the audit table.
-    #[arg(long, env = "OUTBOXCTL_ORDERING_REASON", value_name = "TEXT")]
-    pub reason: Option<String>,
+    #[command(flatten)]
+    pub why: OrderingReasonArgs,
 
     #[command(flatten)]
     pub audit: AuditArgs,
@@ -80,12 +73,33 @@ pub struct OrderingEnableArgs {
 ///
 /// Example: outboxctl ordering disable --aggregate-type invoice
 #[derive(Debug, Args)]
+#[command(mut_args(help_of(
+    "aggregate_types",
+    "An aggregate type to stop ordering (repeatable; `*` is the every-type switch); without it \
+     ordering is switched off for every type"
+)))]
 pub struct OrderingDisableArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// An aggregate type to stop ordering (repeatable; `*` is the every-type switch); without it
-    /// ordering is switched off for every type.
+    #[command(flatten)]
+    pub types: OrderingTypesArgs,
+
+    #[command(flatten)]
+    pub why: OrderingReasonArgs,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// The aggregate types `ordering enable` and `disable` act on. `disable` says in its own help
+/// what the flag means there.
+#[derive(Debug, Args)]
+pub struct OrderingTypesArgs {
+    /// An aggregate type to order (repeatable); without it every type is ordered.
     #[arg(
         long = "aggregate-type",
         env = "OUTBOXCTL_ORDERING_TYPES",
@@ -93,16 +107,14 @@ pub struct OrderingDisableArgs {
         value_name = "TYPE"
     )]
     pub aggregate_types: Vec<String>,
+}
 
+/// Why the switch changed, for the audit trail (the skip's reason has a variable of its own).
+#[derive(Debug, Args)]
+pub struct OrderingReasonArgs {
     /// Why, recorded in the audit table.
     #[arg(long, env = "OUTBOXCTL_ORDERING_REASON", value_name = "TEXT")]
     pub reason: Option<String>,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 /// Which aggregate types are ordered, their --on-dead, and how many keys are blocked.

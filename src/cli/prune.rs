@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use clap::builder::FalseyValueParser;
 use clap::Args;
 
-use super::shared::{AuditArgs, DatabaseArgs, OutputArgs};
+use super::shared::{help_of, AuditArgs, DatabaseArgs, DryRunArgs, OutputArgs};
 use super::values::{parse_duration, parse_nonzero_duration};
 
 /// Delete published events past their retention, in short batches (for cron).
@@ -37,6 +36,10 @@ use super::values::{parse_duration, parse_nonzero_duration};
 )]
 #[command(group(clap::ArgGroup::new("what").required(true).multiple(true)
     .args(["older_than", "dead_older_than", "processed_older_than", "audit_older_than"])))]
+#[command(mut_args(help_of(
+    "dry_run",
+    "Count what would be deleted; delete nothing (takes no lock)"
+)))]
 pub struct PruneArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -76,9 +79,8 @@ pub struct PruneArgs {
     #[arg(long, env = "OUTBOXCTL_PRUNE_MAX_BATCHES", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batches: Option<u64>,
 
-    /// Count what would be deleted; delete nothing (takes no lock).
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
-    pub dry_run: bool,
+    #[command(flatten)]
+    pub preview: DryRunArgs,
 
     #[command(flatten)]
     pub audit: AuditArgs,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::builder::FalseyValueParser;
 use clap::Args;
 
-use super::shared::{AuditArgs, DatabaseArgs, FilterArgs, OutputArgs};
+use super::shared::{help_of, AuditArgs, DatabaseArgs, DryRunArgs, FilterArgs, OutputArgs};
 use super::values::parse_duration;
 
 /// Send dead-lettered events again, by ids or by filters (--all for every one).
@@ -28,6 +28,7 @@ use super::values::parse_duration;
     verbatim_doc_comment,
     about = "Send dead-lettered events again, by ids or by filters (--all for every one)"
 )]
+#[command(mut_args(help_of("dry_run", "List exactly what would be requeued; change nothing")))]
 pub struct RequeueArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -64,9 +65,8 @@ pub struct RequeueArgs {
     #[arg(long, env = "OUTBOXCTL_REQUEUE_BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_size: u32,
 
-    /// List exactly what would be requeued; change nothing.
-    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
-    pub dry_run: bool,
+    #[command(flatten)]
+    pub preview: DryRunArgs,
 
     #[command(flatten)]
     pub audit: AuditArgs,

@@ -12,6 +12,8 @@ use super::values::{parse_nonzero_duration, parse_time_or_ago, parse_uuid};
 /// (`outboxctl --schema x stats`). [`super::parse`] resolves them into the subcommand's own
 /// [`DatabaseArgs`] and [`OutputArgs`]: a flag after the subcommand wins over one before it,
 /// which wins over the environment variable, which wins over the default.
+///
+/// Each id is `shared_` and the id of the subcommand's argument it stands for.
 #[derive(Debug, Args, Clone, Default)]
 #[command(next_help_heading = "Shared options (also taken after the command, which wins)")]
 pub struct SharedArgs {
@@ -180,3 +182,28 @@ pub struct FilterArgs {
 
 /// `--since`/`--until` values; defined in a leaf module, so the SQL layer never needs a CLI type.
 pub use crate::when::TimeArg;
+
+/// How many events a list shows (`dead list`, `events list`).
+#[derive(Debug, Args, Clone, Copy)]
+pub struct ListLimitArgs {
+    /// Show at most this many events (a note on stderr says when more match).
+    #[arg(long, env = "OUTBOXCTL_LIST_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub limit: u64,
+}
+
+/// Previewing a change. The flag and its variable are the same for every command that changes
+/// events; each command says in its own help what its preview shows, with
+/// `#[command(mut_args(help_of("dry_run", "..")))]`.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct DryRunArgs {
+    /// Show what would change; change nothing.
+    #[arg(long, env = "OUTBOXCTL_DRY_RUN", value_parser = FalseyValueParser::new())]
+    pub dry_run: bool,
+}
+
+/// For `#[command(mut_args(help_of(id, help)))]` on a subcommand: the help of a flag of a shared
+/// group where it means something particular to that subcommand. (`mut_arg` would move the flag
+/// last in completions and the reference pages.)
+pub(super) fn help_of(id: &'static str, help: &'static str) -> impl FnMut(clap::Arg) -> clap::Arg {
+    move |a| if a.get_id() == id { a.help(help) } else { a }
+}

@@ -40,7 +40,7 @@ async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
         &mut conn,
         Scope::Dead,
         &filter,
-        args.limit,
+        args.list.limit,
         args.output.json,
         "no dead-lettered events match",
         view::DEAD_TABLE,
@@ -163,7 +163,7 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
     let n = ids.len() as u64;
     let what = |n: u64| output::plural(n, "dead event", "dead events");
 
-    if args.dry_run {
+    if args.preview.dry_run {
         let rows = rows_of(&mut conn, &ids).await?;
         if json {
             output::print_json(&BatchReport {

@@ -74,7 +74,7 @@ async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
         &mut conn,
         Scope::States(&states),
         &filter,
-        args.limit,
+        args.list.limit,
         args.output.json,
         "no events match",
         view::EVENTS_TABLE,
@@ -163,11 +163,11 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     let seen = peek(&mut conn, &ids).await?;
     let refused = refusals(&ids, &seen, |s| cancel_refusal(s, args.force));
     if !refused.is_empty() {
-        report(&[], &refused, args.dry_run)?;
+        report(&[], &refused, args.preview.dry_run)?;
         return Err(refusal_error("cancel", &refused).into());
     }
     let what = output::plural(ids.len() as u64, "event", "events");
-    if args.dry_run {
+    if args.preview.dry_run {
         report(&ids, &[], true)?;
         if !json {
             output::print_summary(format_args!(
@@ -275,11 +275,11 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
     let seen = peek(&mut conn, &ids).await?;
     let refused = refusals(&ids, &seen, reschedule_refusal);
     if !refused.is_empty() {
-        report(&[], &refused, args.dry_run)?;
+        report(&[], &refused, args.preview.dry_run)?;
         return Err(refusal_error("reschedule", &refused).into());
     }
     let what = output::plural(ids.len() as u64, "event", "events");
-    if args.dry_run {
+    if args.preview.dry_run {
         let would: Vec<Moved> = ids
             .iter()
             .map(|id| Moved {
@@ -607,7 +607,7 @@ async fn cancel_by_filter(args: CancelArgs, target: ByFilter) -> anyhow::Result<
         &target,
         BatchOpts {
             limit: args.limit,
-            dry_run: args.dry_run,
+            dry_run: args.preview.dry_run,
             yes: args.confirm.yes,
             json,
         },
@@ -654,7 +654,7 @@ async fn reschedule_by_filter(
         &target,
         BatchOpts {
             limit: args.limit,
-            dry_run: args.dry_run,
+            dry_run: args.preview.dry_run,
             yes: args.confirm.yes,
             json,
         },

@@ -48,7 +48,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     let n = ids.len() as u64;
     let what = output::plural(n, "dead event", "dead events");
 
-    if args.dry_run {
+    if args.preview.dry_run {
         let rows = pin
             .run(&mut conn, async |c| dead::rows_of(c, &ids).await)
             .await?;
