@@ -3,10 +3,11 @@
 //!
 //! This module holds the top of the parser (`Cli`, `Command`, [`command`], [`parse`],
 //! [`try_parse_from`]) and the rules that span subcommands (shared flags before the subcommand,
-//! the Nagios exit code of `stats --check`'s usage errors). Each subcommand's flags are in a file
-//! of their own, the groups several subcommands flatten in [`shared`], the value parsers in
-//! [`values`] and the environment's part in parsing in [`env`]. Everything is re-exported here:
-//! the rest of the crate names `crate::cli::X`.
+//! the Nagios exit code of `stats --check`'s usage errors, decided in `nagios.rs`). Each
+//! subcommand's flags are in a file of their own (`demo` beside `bench`: both run in a scratch
+//! schema), the groups several subcommands flatten in `shared.rs`, the value parsers in `values.rs`
+//! and the environment's part in parsing in `env.rs`. Everything is re-exported here: the rest of
+//! the crate names `crate::cli::X`.
 
 mod bench;
 mod dead;

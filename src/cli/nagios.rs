@@ -18,10 +18,13 @@ const REST: &str = "lenient_rest";
 /// that even its usage errors follow the Nagios exit codes. `env` reads a variable (the process's
 /// environment in [`super::parse`]).
 ///
-/// The command line is read with clap and [`lenient`] rules, so the subcommand is found as the
+/// The command line is read with clap and `lenient` rules, so the subcommand is found as the
 /// real parse finds it (whatever flags take values before it) while an error, a bad value or an
-/// unknown flag before or after `--check` does not hide it. `--check=VALUE` counts as typed. The
-/// variable is read with the flag's own parser (unset, empty, 0, false, no, off: off).
+/// unknown flag before or after `--check` does not hide it. `--check=VALUE` counts as typed, and
+/// so does a `--check` clap could not place (before the subcommand, or after an unknown word). The
+/// variable is read with the flag's own parser (unset, empty, 0, false, no, off: off; as in the
+/// real parse, a value with spaces around it is not trimmed). Words after `--`, or a `--check`
+/// that is another flag's value, are not arguments, so they make no check.
 pub fn is_nagios_check(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> bool {
     let command = super::command();
     let Some(stats) = command.find_subcommand(STATS) else {
