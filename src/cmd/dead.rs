@@ -37,7 +37,7 @@ async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
         &mut conn,
         Scope::Dead,
         &filter,
-        args.limit,
+        args.list.limit,
         args.output.json,
         "no dead-lettered events match",
         view::DEAD_TABLE,
@@ -76,7 +76,7 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
     let plan = batch::Plan {
         words: DISCARD,
         rows: batch::Rows::Dead,
-        dry_run: args.dry_run,
+        dry_run: args.preview.dry_run,
         confirm: Some(args.confirm.yes),
         json: args.output.json,
         batch_size: args.batch_size,

@@ -153,7 +153,7 @@ async fn ensure_key_index(pool: &sqlx::PgPool, json: bool) -> anyhow::Result<Key
 
 async fn enable(args: OrderingEnableArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let mut types = types(&args.aggregate_types)?;
+    let mut types = types(&args.types.aggregate_types)?;
     if types.is_empty() {
         types.push(sql::ALL_TYPES.to_owned());
     }
@@ -163,7 +163,7 @@ async fn enable(args: OrderingEnableArgs) -> anyhow::Result<u8> {
     };
     let audit = Audit {
         actor: config::actor(&args.audit)?,
-        reason: reason(args.reason.as_deref())?,
+        reason: reason(args.why.reason.as_deref())?,
     };
     let json = args.output.json;
     let pool = db::pool_migrated(&cfg, 3).await?;
@@ -183,10 +183,10 @@ async fn enable(args: OrderingEnableArgs) -> anyhow::Result<u8> {
 
 async fn disable(args: OrderingDisableArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let types = types(&args.aggregate_types)?;
+    let types = types(&args.types.aggregate_types)?;
     let audit = Audit {
         actor: config::actor(&args.audit)?,
-        reason: reason(args.reason.as_deref())?,
+        reason: reason(args.why.reason.as_deref())?,
     };
     let pool = db::pool_migrated(&cfg, 1).await?;
     db::ensure_migrated_through(&pool, &cfg, ORDERING_SCHEMA).await?;

@@ -237,7 +237,7 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
     }
     let mut report = PruneReport {
         schema: cfg.schema.name().to_owned(),
-        dry_run: args.dry_run,
+        dry_run: args.preview.dry_run,
         stop_reason: None,
         published: None,
         dead: None,
@@ -274,7 +274,7 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
         }
     }
 
-    if args.dry_run {
+    if args.preview.dry_run {
         for (t, cutoff) in &plan {
             let n = count(&pin, &mut conn, *t, *cutoff).await?;
             if let Some(r) = report.table_mut(*t) {

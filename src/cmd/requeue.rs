@@ -38,7 +38,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     let plan = batch::Plan {
         words: REQUEUE,
         rows: batch::Rows::Dead,
-        dry_run: args.dry_run,
+        dry_run: args.preview.dry_run,
         confirm: None,
         json: args.output.json,
         batch_size: args.batch_size,

@@ -133,7 +133,7 @@ pub fn page() -> String {
         .filter(|a| a.is_global_set() && !a.is_hide_set() && !generated(a))
         .map(|a| format!("`{}`", spelling(a)))
         .collect();
-    let mut out = header("Command line", "the clap definition in src/cli.rs");
+    let mut out = header("Command line", "the clap definition in src/cli/");
     out.push_str(
         "Every command and its arguments, as `--help` prints them. Every flag can also be set \
          by the environment variable named beside it (see [environment.md](environment.md)): a \

@@ -182,7 +182,7 @@ fn first_sentence(help: &str) -> String {
 pub fn page() -> String {
     let mut out = header(
         "Environment variables",
-        "the clap definition in src/cli.rs and src/docs/env.rs",
+        "the clap definition in src/cli/ and src/docs/env.rs",
     );
     out.push_str(
         "Every flag has an environment variable; the command line wins over it, and it wins \

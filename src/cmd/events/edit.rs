@@ -189,10 +189,10 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
 
     let refused = peek_refusals(&mut conn, &ids, |s| edit_refusal(s, spec.requeue)).await?;
     if !refused.is_empty() {
-        return Err(refuse(&refused, args.dry_run)?);
+        return Err(refuse(&refused, args.preview.dry_run)?);
     }
     let what = output::plural(ids.len() as u64, "event", "events");
-    if args.dry_run {
+    if args.preview.dry_run {
         let previews = db::events::preview_edit(&mut conn, &ids, &spec).await?;
         if json {
             output::print_json(&EditReport {

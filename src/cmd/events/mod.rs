@@ -81,7 +81,7 @@ async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
         &mut conn,
         Scope::States(&states),
         &filter,
-        args.limit,
+        args.list.limit,
         args.output.json,
         "no events match",
         view::EVENTS_TABLE,
@@ -149,11 +149,11 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
 
     let refused = peek_refusals(&mut conn, &ids, |s| cancel_refusal(s, args.force)).await?;
     if !refused.is_empty() {
-        report(&[], &refused, args.dry_run)?;
+        report(&[], &refused, args.preview.dry_run)?;
         return Err(refusal_error("cancel", &refused).into());
     }
     let what = output::plural(ids.len() as u64, "event", "events");
-    if args.dry_run {
+    if args.preview.dry_run {
         report(&ids, &[], true)?;
         if !json {
             output::print_summary(format_args!(
@@ -246,11 +246,11 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
 
     let refused = peek_refusals(&mut conn, &ids, reschedule_refusal).await?;
     if !refused.is_empty() {
-        report(&[], &refused, args.dry_run)?;
+        report(&[], &refused, args.preview.dry_run)?;
         return Err(refusal_error("reschedule", &refused).into());
     }
     let what = output::plural(ids.len() as u64, "event", "events");
-    if args.dry_run {
+    if args.preview.dry_run {
         let would: Vec<Moved> = ids
             .iter()
             .map(|id| Moved {
@@ -421,7 +421,7 @@ async fn cancel_by_filter(args: CancelArgs, target: ByFilter) -> anyhow::Result<
     batch::run(
         &plan(
             CANCEL,
-            args.dry_run,
+            args.preview.dry_run,
             args.confirm.yes,
             args.output.json,
             args.batch_size,
@@ -450,7 +450,7 @@ async fn reschedule_by_filter(
     batch::run(
         &plan(
             RESCHEDULE,
-            args.dry_run,
+            args.preview.dry_run,
             args.confirm.yes,
             args.output.json,
             args.batch_size,

@@ -1,0 +1,199 @@
+//! `outboxctl relay`: the daemon's and `--once`'s flags, and the retry settings `doctor` also
+//! checks (one [`RetryArgs`] group, so both commands read the same flags and variables).
+
+use std::time::Duration;
+
+use clap::builder::FalseyValueParser;
+use clap::{Args, ValueEnum};
+
+use super::shared::{DatabaseArgs, OutputArgs};
+use super::values::{parse_duration, parse_listen_addr, parse_nonzero_duration};
+
+/// The relay's `--lease` by default (also what `doctor` checks when only some relay settings are
+/// given).
+pub const DEFAULT_LEASE: &str = "30s";
+
+/// How the relay retries an event: `relay` uses them, `doctor` checks them (the retry horizon).
+#[derive(Debug, Clone, Args)]
+pub struct RetryArgs {
+    /// Attempts before a row is dead-lettered. A sink outage (the sink took no event of a batch)
+    /// counts none: the rows are given back untouched.
+    #[arg(long, env = "OUTBOXCTL_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_attempts: u32,
+
+    /// Backoff after the first failure; doubles per attempt, with jitter.
+    #[arg(long, env = "OUTBOXCTL_BACKOFF_BASE", default_value = "1s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub backoff_base: Duration,
+
+    /// Upper bound of the backoff.
+    #[arg(long, env = "OUTBOXCTL_BACKOFF_MAX", default_value = "5m", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub backoff_max: Duration,
+}
+
+/// Relay ready events to a sink: `--once` for cron, or as a daemon.
+///
+/// Claims ready rows with FOR UPDATE SKIP LOCKED, publishes them, marks them published, retries
+/// failures with capped exponential backoff and jitter, and dead-letters after --max-attempts.
+/// Delivery is at least once with a stable dedup id (the idempotency key). Events are not
+/// ordered unless `outboxctl ordering enable` switches on per-key order for their aggregate type
+/// (in the database, for every relay). Any number of relays may run at once, including `--once`
+/// beside a daemon.
+///
+/// Exit codes with --once: 0 done, whatever the events' outcomes: also when events were retried
+/// or dead-lettered (a dead letter is handled, parked for `outboxctl dead`; alert on the
+/// summary's `dead_lettered` or on `stats`), and when stdout was closed by its reader; 3 the
+/// database was unreachable at start, or kept failing for --connect-timeout mid-run (a lost
+/// connection or a server restart is reconnected); 5 the sink failed every publish attempt of the run, or was
+/// unavailable (the rows were given back untouched), or (also as a daemon) a local consumer read
+/// slower than the lease allows.
+///
+/// Signals: SIGTERM or SIGINT stops claiming and finishes the publishes in flight (a second one
+/// exits at once); SIGHUP makes the file sink reopen its path, for logrotate (rename the file,
+/// then `kill -HUP`: the next batch goes to the new file), and is otherwise ignored.
+///
+/// Examples:
+///
+/// outboxctl relay --once --sink stdout
+///
+/// outboxctl relay --sink https://hooks.example.com/events --concurrency 32
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+
+    /// Where to publish: stdout (refused, exit 2, when stdout is /dev/null or closed: null
+    /// discards events on purpose), null, file:PATH, http(s)://URL,
+    /// nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or
+    /// redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams), or
+    /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ), or
+    /// kafka://HOST:PORT[,HOST:PORT]?topic=outbox.event.{aggregate_type}&key={aggregate_id}
+    /// (Kafka, idempotent producer). Subjects, stream names, routing keys, topics and keys take
+    /// the placeholders of --http-header.
+    #[arg(
+        long,
+        env = "OUTBOXCTL_SINK",
+        default_value = "stdout",
+        value_name = "SINK"
+    )]
+    pub sink: String,
+
+    /// Drain what is ready now, print a summary, exit.
+    ///
+    /// A lost connection or a server restart mid-run is reconnected; the run exits 3 when the
+    /// database stays unreachable for --connect-timeout.
+    #[arg(long, env = "OUTBOXCTL_ONCE", value_parser = FalseyValueParser::new())]
+    pub once: bool,
+
+    /// How claims are settled. `lease`: claim commits a lease, publish runs outside any
+    /// transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and
+    /// mark in one transaction that stays open during the publish (fewer writes per event).
+    /// `auto`: tx for stdout, file, null, Redis and Kafka (a batch is published within one
+    /// --publish-timeout), lease for HTTP, NATS and RabbitMQ (a publish per event: a slow sink
+    /// would keep the transaction open up to the lease).
+    #[arg(long, env = "OUTBOXCTL_MODE", value_enum, default_value_t = RelayMode::Auto)]
+    pub mode: RelayMode,
+
+    /// Rows claimed per batch.
+    #[arg(long, env = "OUTBOXCTL_BATCH_SIZE", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=50_000))]
+    pub batch_size: u32,
+
+    /// Bytes claimed per batch, at most (payload and headers, e.g. 16MiB, 512KiB): a batch stops
+    /// at --batch-size rows or at this many bytes, whichever comes first, so the relay's memory
+    /// stays within a small multiple of it. An event larger than this is claimed alone.
+    #[arg(long, env = "OUTBOXCTL_BATCH_BYTES", default_value = "16MiB", value_parser = crate::size::parse_nonzero_size, value_name = "SIZE")]
+    pub batch_bytes: u64,
+
+    /// Publishes in flight at once within a batch.
+    #[arg(long, env = "OUTBOXCTL_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+
+    /// Batches in flight at once (1-4): the next batch is claimed while the previous one
+    /// publishes, when that one's claim came back full. 1 claims, publishes and settles one batch
+    /// after another. A relay killed mid-batch re-sends at most this many batches [default: 2;
+    /// 1 for stdout, file and null (a local write leaves nothing to overlap)]. For kafka:// the
+    /// next claim waits until the previous one has returned, so a key's events keep their order.
+    // 4: the relay's MAX_PIPELINE_DEPTH (a test in cmd::relay keeps them equal; clap types import
+    // nothing of the layers below).
+    #[arg(long, env = "OUTBOXCTL_PIPELINE_DEPTH", value_parser = clap::value_parser!(u32).range(1..=4), value_name = "N")]
+    pub pipeline_depth: Option<u32>,
+
+    /// How long a claim is held before another relay may take the row.
+    #[arg(long, env = "OUTBOXCTL_LEASE", default_value = DEFAULT_LEASE, value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub lease: Duration,
+
+    /// Timeout of one publish (a stdout or file write too); must be shorter than --lease
+    /// [default: half the lease].
+    #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub publish_timeout: Option<Duration>,
+
+    #[command(flatten)]
+    pub retry: RetryArgs,
+
+    /// Daemon: look for work at least this often even without a notification.
+    #[arg(long, env = "OUTBOXCTL_POLL_INTERVAL", default_value = "5s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub poll_interval: Duration,
+
+    /// On SIGTERM/SIGINT, wait this long for in-flight publishes before giving up on them.
+    #[arg(long, env = "OUTBOXCTL_SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_timeout: Duration,
+
+    /// With --once: stop after about this many events.
+    #[arg(long, env = "OUTBOXCTL_MAX_EVENTS", requires = "once")]
+    pub max_events: Option<u64>,
+
+    /// With --once: stop claiming after this long.
+    #[arg(long, env = "OUTBOXCTL_MAX_DURATION", requires = "once", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    pub max_duration: Option<Duration>,
+
+    /// Extra HTTP header for the http sink (repeatable). Placeholders: {id}, {idempotency_key},
+    /// {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}.
+    /// E.g. --http-header 'Upstash-Deduplication-Id: {idempotency_key}'. In the environment
+    /// variable, one header per line.
+    #[arg(
+        long = "http-header",
+        value_name = "NAME: VALUE",
+        env = "OUTBOXCTL_HTTP_HEADERS",
+        value_delimiter = '\n'
+    )]
+    pub http_headers: Vec<String>,
+
+    /// A librdkafka property for the kafka sink (repeatable), e.g. security.protocol=SASL_SSL,
+    /// sasl.mechanism=SCRAM-SHA-512, sasl.username=relay, sasl.password=..., linger.ms=10. Values
+    /// are never shown or logged; prefer the environment variable for secrets (one KEY=VALUE per
+    /// line). bootstrap.servers, enable.idempotence and message.timeout.ms are the relay's.
+    #[arg(
+        long = "kafka-property",
+        value_name = "KEY=VALUE",
+        env = "OUTBOXCTL_KAFKA_PROPERTY",
+        value_delimiter = '\n'
+    )]
+    pub kafka_properties: Vec<String>,
+
+    /// Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable:
+    /// `whsec_...`, or two separated by a space during rotation. The secret itself never goes on
+    /// the command line.
+    #[arg(long, env = "OUTBOXCTL_SIGNING_SECRET_ENV", value_name = "VAR")]
+    pub signing_secret_env: Option<String>,
+
+    /// Let the relay's own session commit asynchronously (synchronous_commit=off). A mark lost in
+    /// a server crash only causes a re-publish with the same dedup id.
+    #[arg(long, env = "OUTBOXCTL_ASYNC_COMMIT", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub async_commit: bool,
+
+    /// Daemon: serve Prometheus metrics (GET /metrics) and probes (GET /livez: the loop makes
+    /// progress; GET /readyz: the database answers and the sink is not in an outage) on this
+    /// address, e.g. 0.0.0.0:9464. Off by default. Not with --once (a run that exits is not
+    /// scraped: use `stats` for cron). A port in use fails the start (exit 1).
+    #[arg(long, env = "OUTBOXCTL_METRICS_ADDR", value_name = "HOST:PORT", value_parser = parse_listen_addr, conflicts_with = "once")]
+    pub metrics_addr: Option<String>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RelayMode {
+    Auto,
+    Lease,
+    Tx,
+}
