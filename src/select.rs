@@ -131,7 +131,12 @@ pub fn glob_to_like(glob: &str) -> Result<String, String> {
             '?' => out.push('_'),
             '\\' => match chars.next() {
                 Some(next) => out.push_str(&escape_like(&next.to_string())),
-                None => return Err(format!("`{glob}` ends with a lone backslash")),
+                None => {
+                    return Err(format!(
+                        "`{}` ends with a lone backslash",
+                        crate::output::escape_controls(glob)
+                    ))
+                }
             },
             other => out.push_str(&escape_like(&other.to_string())),
         }

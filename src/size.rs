@@ -7,7 +7,10 @@
 pub fn parse_nonzero_size(s: &str) -> Result<u64, String> {
     let n = parse_size(s)?;
     if n == 0 {
-        return Err(format!("`{s}` must be greater than zero"));
+        return Err(format!(
+            "`{}` must be greater than zero",
+            crate::output::escape_controls(s)
+        ));
     }
     Ok(n)
 }
@@ -19,8 +22,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let bad =
-        || format!("`{s}` is not a byte size; use e.g. 16MiB, 512KiB, 1GB or a number of bytes");
+    let bad = || {
+        format!(
+            "`{}` is not a byte size; use e.g. 16MiB, 512KiB, 1GB or a number of bytes",
+            crate::output::escape_controls(s)
+        )
+    };
     let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
@@ -37,12 +44,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     if let Ok(n) = number.parse::<u64>() {
         return n
             .checked_mul(factor)
-            .ok_or_else(|| format!("`{s}` is too large"));
+            .ok_or_else(|| format!("`{}` is too large", crate::output::escape_controls(s)));
     }
     let x: f64 = number.parse().map_err(|_| bad())?;
     let bytes = x * factor as f64;
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(format!("`{s}` is too large"));
+        return Err(format!(
+            "`{}` is too large",
+            crate::output::escape_controls(s)
+        ));
     }
     Ok(bytes.round() as u64)
 }

@@ -9,39 +9,46 @@ use crate::when::TimeArg;
 /// typo, and would overflow the database's `now() + interval` or the microsecond count.
 pub const MAX_DURATION: Duration = Duration::from_secs(315_576_000);
 
+// Each quotes its input with its control characters escaped (`q`): an error is one line, and
+// what a terminal would act on is shown, not acted on.
+
 /// A uuid.
 pub fn parse_uuid(s: &str) -> Result<uuid::Uuid, String> {
+    let q = crate::output::escape_controls(s);
     uuid::Uuid::parse_str(s.trim())
-        .map_err(|_| format!("`{s}` is not a uuid (e.g. 2f6c1d3e-8a4b-4c55-9d1e-0a7b6c5d4e3f)"))
+        .map_err(|_| format!("`{q}` is not a uuid (e.g. 2f6c1d3e-8a4b-4c55-9d1e-0a7b6c5d4e3f)"))
 }
 
 /// An RFC 3339 time, a date (midnight UTC), or a humantime duration meaning that long before now.
 pub fn parse_time_or_ago(s: &str) -> Result<TimeArg, String> {
+    let q = crate::output::escape_controls(s);
     if let Some(t) = parse_time(s) {
         return Ok(TimeArg::At(t));
     }
     match humantime::parse_duration(s.trim()) {
         Ok(_) => parse_duration(s).map(TimeArg::Ago),
         Err(_) => Err(format!(
-            "`{s}` is neither an RFC 3339 time, a date nor a duration; use e.g. 2026-12-01T09:00:00Z, 2026-12-01 or 2h"
+            "`{q}` is neither an RFC 3339 time, a date nor a duration; use e.g. 2026-12-01T09:00:00Z, 2026-12-01 or 2h"
         )),
     }
 }
 
 /// A humantime duration (`5m`, `7d`, `250ms`) of at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let q = crate::output::escape_controls(s);
     let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("`{s}` is not a duration ({e}); use e.g. 30s, 5m, 7d"))?;
+        .map_err(|e| format!("`{q}` is not a duration ({e}); use e.g. 30s, 5m, 7d"))?;
     if d > MAX_DURATION {
-        return Err(format!("`{s}` is longer than 10 years"));
+        return Err(format!("`{q}` is longer than 10 years"));
     }
     Ok(d)
 }
 
 /// A listen address, HOST:PORT (an IP, `[v6]`, or a name resolved when binding). No I/O here.
 pub fn parse_listen_addr(s: &str) -> Result<String, String> {
+    let q = crate::output::escape_controls(s);
     let bad =
-        || format!("`{s}` is not HOST:PORT; use e.g. 0.0.0.0:9464, 127.0.0.1:9464 or [::]:9464");
+        || format!("`{q}` is not HOST:PORT; use e.g. 0.0.0.0:9464, 127.0.0.1:9464 or [::]:9464");
     let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
     let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
         v6.parse::<std::net::Ipv6Addr>().is_ok()
@@ -59,23 +66,25 @@ pub fn parse_listen_addr(s: &str) -> Result<String, String> {
 
 /// A humantime duration that must not be zero.
 pub fn parse_nonzero_duration(s: &str) -> Result<Duration, String> {
+    let q = crate::output::escape_controls(s);
     let d = parse_duration(s)?;
     if d.is_zero() {
-        return Err(format!("`{s}` must be greater than zero"));
+        return Err(format!("`{q}` must be greater than zero"));
     }
     Ok(d)
 }
 
 /// An RFC 3339 time or a date alone (midnight UTC), at most 10 years from now.
 pub fn parse_timestamp(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    let q = crate::output::escape_controls(s);
     let t = parse_time(s).ok_or_else(|| {
         format!(
-            "`{s}` is not an RFC 3339 time or a date; use e.g. 2026-12-01T09:00:00Z or 2026-12-01"
+            "`{q}` is not an RFC 3339 time or a date; use e.g. 2026-12-01T09:00:00Z or 2026-12-01"
         )
     })?;
     let limit = chrono::Utc::now() + chrono::Duration::from_std(MAX_DURATION).expect("fits");
     if t > limit {
-        return Err(format!("`{s}` is more than 10 years from now"));
+        return Err(format!("`{q}` is more than 10 years from now"));
     }
     Ok(t)
 }

@@ -72,7 +72,7 @@ pub fn parse_line(text: &str) -> Result<NewEvent, String> {
         return Err(match serde_json::from_str::<serde::de::IgnoredAny>(text) {
             Ok(_) => format!(
                 "{EXPECTING}, not `{}`",
-                text.chars().take(40).collect::<String>()
+                crate::output::escape_controls(&text.chars().take(40).collect::<String>())
             ),
             Err(e) => format!("invalid JSON: {}", json_error(&e)),
         });

@@ -64,9 +64,17 @@ impl HttpSink {
                     "invalid --http-header `{name}`: framing, hop-by-hop and webhook-* headers are the relay's own (put the host in --sink)"
                 )));
             }
-            let template =
-                Template::parse(value.trim(), &format!("invalid --http-header `{name}`"))
-                    .map_err(CodedError::usage)?;
+            // Template's error quotes the unknown placeholder, which is part of the value.
+            let template = Template::parse(value.trim(), "").map_err(|_| {
+                CodedError::usage(format!(
+                    "invalid --http-header `{name}`: its value has an unknown placeholder (not shown; it may hold a secret); use {}",
+                    super::template::PLACEHOLDERS
+                        .iter()
+                        .map(|p| format!("{{{p}}}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
             extra.push((name, template));
         }
         let row_headers = HeaderPolicy::http(extra.iter().map(|(n, _)| n.as_str()));

@@ -14,6 +14,7 @@ mod edit;
 mod events;
 mod faults;
 mod fixtures;
+mod fuzz;
 mod http_server;
 mod http_sink;
 mod kafka_sink;
