@@ -46,6 +46,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('event', 'event', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check')
+            [CompletionResult]::new('grants', 'grants', [CompletionResultType]::ParameterValue, 'Print the GRANT statements a role needs for one use of outboxctl (or apply them)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('demo', 'demo', [CompletionResultType]::ParameterValue, 'Show the tool end to end in a scratch schema, then drop it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune')
@@ -1197,6 +1198,25 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'outboxctl;grants' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--pooler', '--pooler', [CompletionResultType]::ParameterName, 'What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any PgBouncer version): every statement in a transaction of its own that sets the schema and the session''s settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and requeue run this way (other commands exit 2)')
+            [CompletionResult]::new('--role', '--role', [CompletionResultType]::ParameterName, 'The role to grant to (quoted as an identifier)')
+            [CompletionResult]::new('--for', '--for', [CompletionResultType]::ParameterName, 'What the role will do')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--apply', '--apply', [CompletionResultType]::ParameterName, 'Run the statements (one transaction) instead of printing them')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'outboxctl;completions' {
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
@@ -1263,6 +1283,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check')
+            [CompletionResult]::new('grants', 'grants', [CompletionResultType]::ParameterValue, 'Print the GRANT statements a role needs for one use of outboxctl (or apply them)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('demo', 'demo', [CompletionResultType]::ParameterValue, 'Show the tool end to end in a scratch schema, then drop it')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune')
@@ -1349,6 +1370,9 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             break
         }
         'outboxctl;help;doctor' {
+            break
+        }
+        'outboxctl;help;grants' {
             break
         }
         'outboxctl;help;completions' {

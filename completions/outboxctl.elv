@@ -43,6 +43,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand event 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
             cand doctor 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check'
+            cand grants 'Print the GRANT statements a role needs for one use of outboxctl (or apply them)'
             cand completions 'Print a shell completion script'
             cand demo 'Show the tool end to end in a scratch schema, then drop it'
             cand bench 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
@@ -1121,6 +1122,24 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'outboxctl;grants'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --pooler 'What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any PgBouncer version): every statement in a transaction of its own that sets the schema and the session''s settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and requeue run this way (other commands exit 2)'
+            cand --role 'The role to grant to (quoted as an identifier)'
+            cand --for 'What the role will do'
+            cand --log-format 'Log line format'
+            cand --apply 'Run the statements (one transaction) instead of printing them'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'outboxctl;completions'= {
             cand --log-format 'Log line format'
             cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
@@ -1184,6 +1203,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand events 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
             cand doctor 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check'
+            cand grants 'Print the GRANT statements a role needs for one use of outboxctl (or apply them)'
             cand completions 'Print a shell completion script'
             cand demo 'Show the tool end to end in a scratch schema, then drop it'
             cand bench 'Measure this server: bulk publish, relay drain, SQL ceiling, latency, delayed lateness, prune'
@@ -1247,6 +1267,8 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;help;prune'= {
         }
         &'outboxctl;help;doctor'= {
+        }
+        &'outboxctl;help;grants'= {
         }
         &'outboxctl;help;completions'= {
         }

@@ -57,6 +57,9 @@ exit_codes! {
     /// `migrate --check`: migrations are pending (or seed-era tables wait to be adopted, or there is
     /// no outbox yet): run `outboxctl migrate`.
     MIGRATIONS_PENDING = 6;
+    /// The role lacks a privilege on the outbox's schema (the error names the table and the
+    /// `outboxctl grants` command that prints what to grant).
+    PRIVILEGE = 7;
     /// Stopped by SIGINT or SIGTERM before finishing (`demo`; the relay's second signal), after
     /// cleaning up what could be cleaned up.
     INTERRUPTED = 130;

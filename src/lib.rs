@@ -40,6 +40,13 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         .enable_all()
         .build()?;
     let log_format = cli.log.log_format;
+    // The use a missing privilege is explained against (`outboxctl grants --for`).
+    let grants_for = match &cli.command {
+        Command::Publish(_) => "producer",
+        Command::Relay(_) => "relay",
+        Command::Stats(_) | Command::Doctor(_) | Command::Migrate(_) => "monitor",
+        _ => "operator",
+    };
     runtime.block_on(async move {
         match cli.command {
             Command::Migrate(args) => cmd::migrate::run(args).await,
@@ -53,11 +60,12 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Relay(args) => cmd::relay::run(args, log_format).await,
             Command::Demo(args) => cmd::demo::run(args).await,
             Command::Doctor(args) => cmd::doctor::run(args).await,
+            Command::Grants(args) => cmd::grants::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Completions(_) => unreachable!("handled above"),
         }
         .map_err(db::explain_pooler)
         .map_err(db::explain_read_only)
-        .map_err(db::explain_privilege)
+        .map_err(|e| db::explain_privilege(e, grants_for))
     })
 }

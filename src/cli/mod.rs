@@ -14,6 +14,7 @@ mod dead;
 mod doctor;
 mod env;
 mod events;
+mod grants;
 mod migrate;
 mod nagios;
 mod ordering;
@@ -35,6 +36,7 @@ pub use events::{
     CancelArgs, EditArgs, EventsArgs, EventsCommand, EventsListArgs, EventsShowArgs,
     RescheduleArgs, ShowArgs, StateArg,
 };
+pub use grants::{GrantsArgs, GrantsFor};
 pub use migrate::MigrateArgs;
 pub use nagios::is_nagios_check;
 pub use ordering::{
@@ -109,6 +111,7 @@ pub enum Command {
     Events(EventsArgs),
     Prune(PruneArgs),
     Doctor(DoctorArgs),
+    Grants(GrantsArgs),
     Completions(CompletionsArgs),
     Demo(DemoArgs),
     Bench(BenchArgs),

@@ -8,6 +8,7 @@ pub mod dead;
 pub mod demo;
 pub mod doctor;
 pub mod events;
+pub mod grants;
 pub mod migrate;
 pub mod ordering;
 pub mod prune;

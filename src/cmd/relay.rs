@@ -192,7 +192,8 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
                 ))
                 .into())
             }
-            Err(e) => return Err(e.into()),
+            // A permanent database error (a missing privilege, say): the step only wrapped it.
+            Err(e) => return Err(e.into_db().into()),
         }
     } else {
         let settings = DaemonSettings {

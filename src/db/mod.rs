@@ -36,6 +36,7 @@ pub mod audit;
 pub mod dead;
 pub mod doctor;
 pub mod events;
+pub mod grants;
 pub mod metrics;
 pub mod migrate;
 pub mod ordering;
@@ -221,26 +222,27 @@ pub fn explain_pooler(err: anyhow::Error) -> anyhow::Error {
     }
 }
 
-/// `err` with the role it happened to and what to grant, when its cause is PostgreSQL's
-/// `insufficient_privilege` (42501, "permission denied for table ..."); else unchanged. The exit
-/// code stays the error's own.
-pub fn explain_privilege(err: anyhow::Error) -> anyhow::Error {
-    let denied = err
-        .chain()
-        .filter_map(|e| e.downcast_ref::<sqlx::Error>())
-        .any(|e| matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501")));
+/// `err` with the role it happened to and the command that prints what to grant, when its cause
+/// is PostgreSQL's `insufficient_privilege` (42501, "permission denied for table ..."): exit
+/// [`crate::exit::PRIVILEGE`]. `grants_for` is the use of the command that failed (`relay`,
+/// `operator`...: [`grants::Use`]); else unchanged. The database error is looked for under every
+/// wrapper (a relay step's error forwards its source).
+pub fn explain_privilege(err: anyhow::Error, grants_for: &str) -> anyhow::Error {
+    let denied = err.chain().any(|e| {
+        e.downcast_ref::<sqlx::Error>().is_some_and(
+            |e| matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501")),
+        ) || e
+            .downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .is_some_and(|db| db.code() == "42501")
+    });
     let Some((role, schema)) = CONNECTED.get().filter(|_| denied) else {
         return err;
     };
-    let role_sql = format!("\"{}\"", role.replace('"', "\"\""));
-    let schema_sql = schema.quoted();
     CodedError {
-        code: crate::exit::code_of(&err),
+        code: crate::exit::PRIVILEGE,
         message: format!(
-            "{} (as role `{role}`): grant that role what outboxctl needs on schema `{}`, e.g. \
-             GRANT USAGE ON SCHEMA {schema_sql} TO {role_sql}; GRANT SELECT, INSERT, UPDATE, \
-             DELETE ON ALL TABLES IN SCHEMA {schema_sql} TO {role_sql}; GRANT USAGE ON ALL \
-             SEQUENCES IN SCHEMA {schema_sql} TO {role_sql}",
+            "{} (as role `{role}`): `outboxctl grants --role {role} --for {grants_for}` prints \
+             what this needs on schema `{}` (apply it as the schema's owner)",
             crate::exit::message(&err),
             schema.name()
         ),

@@ -731,6 +731,16 @@ impl StepError {
         }
     }
 
+    /// The database error underneath, owned (what a command reports: its code is what
+    /// [`crate::db::explain_privilege`] and the like look for).
+    pub fn into_db(self) -> sqlx::Error {
+        match self {
+            StepError::Db(e)
+            | StepError::Unsettled { source: e, .. }
+            | StepError::RolledBack { source: e, .. } => e,
+        }
+    }
+
     /// Whether trying again later may succeed (see [`crate::db::is_transient`]).
     pub fn is_transient(&self) -> bool {
         crate::db::is_transient(self.db())

@@ -624,7 +624,8 @@ async fn verbose_names_the_database_and_where_its_settings_came_from() {
     assert!(!stderr(&out).contains("connected"), "{}", stderr(&out));
 }
 
-/// A role that lacks a privilege is named in the error, with what to grant, instead of only
+/// A role that lacks a privilege is named in the error, with the command that prints what to
+/// grant (exit 7), instead of only
 /// PostgreSQL's `permission denied for table ...` (issue 22 item 11).
 #[tokio::test]
 async fn a_missing_privilege_names_the_role_and_what_to_grant() {
@@ -651,11 +652,16 @@ async fn a_missing_privilege_names_the_role_and_what_to_grant() {
         s = db.schema
     ))
     .await;
-    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(outboxctl::exit::PRIVILEGE as i32),
+        "{err}"
+    );
     assert!(err.contains("permission denied"), "{err}");
     assert!(
-        err.contains(&format!("role `{role}`")) && err.contains("GRANT"),
-        "names the role and what to grant: {err}"
+        err.contains(&format!("role `{role}`"))
+            && err.contains(&format!("outboxctl grants --role {role} --for monitor")),
+        "names the role and what prints the grants: {err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }

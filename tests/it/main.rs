@@ -15,6 +15,7 @@ mod events;
 mod faults;
 mod fixtures;
 mod fuzz;
+mod grants;
 mod http_server;
 mod http_sink;
 mod kafka_sink;

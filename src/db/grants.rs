@@ -1,0 +1,145 @@
+//! Least privilege: what each use of outboxctl needs on the outbox's schema, as GRANT statements.
+//!
+//! The table below is the one place this is written: `outboxctl grants` prints (or applies) it,
+//! docs/least-privilege.md describes it, and tests/it/grants.rs runs each use's commands as a role
+//! that has only these grants. `migrate` and `ordering enable/disable` (which build and drop an
+//! index) need the schema's owner; `demo` and `bench` make schemas of their own.
+
+use sqlx::PgConnection;
+
+use crate::config::Schema;
+
+/// A use of outboxctl, and the commands it covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// The application and `publish`: inserts events.
+    Producer,
+    /// `relay` (every mode and sink): claims, marks, retries and dead-letters events.
+    Relay,
+    /// `dead`, `requeue`, `events` (list, show, edit, cancel, reschedule), `ordering skip`,
+    /// `prune`: reads and repairs events, with an audit row per change.
+    Operator,
+    /// `stats`, `doctor`, `events list/show`, `dead list/show/export`, `migrate --check`: reads.
+    Monitor,
+}
+
+/// Every use, in the order of the documentation.
+pub const USES: [Use; 4] = [Use::Producer, Use::Relay, Use::Operator, Use::Monitor];
+
+/// (privileges, object, why) per use; the object is in the outbox's schema. Every use also gets
+/// `USAGE` on the schema, and every command reads `_sqlx_migrations` (it checks the schema is
+/// migrated before it acts).
+pub fn privileges(u: Use) -> &'static [(&'static str, &'static str, &'static str)] {
+    const MIGRATIONS: (&str, &str, &str) = (
+        "SELECT",
+        "TABLE _sqlx_migrations",
+        "every command checks that the schema is migrated",
+    );
+    match u {
+        Use::Producer => &[
+            ("INSERT", "TABLE outbox", "the event's row"),
+            (
+                "SELECT (id, idempotency_key)",
+                "TABLE outbox",
+                "`publish` reads back the new id and skips a known idempotency key",
+            ),
+            ("USAGE", "SEQUENCE outbox_id_seq", "the event's id"),
+            MIGRATIONS,
+        ],
+        Use::Relay => &[
+            (
+                "SELECT, UPDATE",
+                "TABLE outbox",
+                "claims, marks published, retries and dead-letters",
+            ),
+            (
+                "SELECT",
+                "TABLE outbox_ordering",
+                "which aggregate types are ordered",
+            ),
+            MIGRATIONS,
+        ],
+        Use::Operator => &[
+            (
+                "SELECT, UPDATE, DELETE",
+                "TABLE outbox",
+                "edits, requeues, cancels, discards and prunes events",
+            ),
+            (
+                "SELECT, INSERT, UPDATE, DELETE",
+                "TABLE outbox_audit",
+                "an audit row per change (prune's is updated as it goes); `prune --audit-older-than`",
+            ),
+            (
+                "USAGE",
+                "SEQUENCE outbox_audit_id_seq",
+                "the audit row's id",
+            ),
+            (
+                "SELECT, INSERT, UPDATE, DELETE",
+                "TABLE outbox_locks",
+                "`prune`'s lock against an overlapping run",
+            ),
+            (
+                "SELECT, DELETE",
+                "TABLE processed_messages",
+                "`prune --processed-older-than`",
+            ),
+            (
+                "SELECT",
+                "TABLE outbox_ordering",
+                "which keys a dead letter blocks",
+            ),
+            MIGRATIONS,
+        ],
+        Use::Monitor => &[
+            (
+                "SELECT",
+                "TABLE outbox",
+                "backlog, lag, events and dead letters",
+            ),
+            ("SELECT", "TABLE outbox_audit", "`doctor`'s last prune"),
+            ("SELECT", "TABLE outbox_locks", "`doctor`'s prune lock"),
+            ("SELECT", "TABLE outbox_ordering", "blocked keys"),
+            (
+                "SELECT",
+                "TABLE processed_messages",
+                "`doctor`'s table sizes",
+            ),
+            MIGRATIONS,
+        ],
+    }
+}
+
+/// The GRANT statements of `u` for `role` on `schema`, one per line, each ending in `;`.
+/// `role` is quoted as an identifier (any name, never pasted raw into SQL).
+pub fn statements(schema: &Schema, role: &str, u: Use) -> Vec<String> {
+    let role = format!("\"{}\"", role.replace('"', "\"\""));
+    let s = schema.quoted();
+    let mut out = vec![format!("GRANT USAGE ON SCHEMA {s} TO {role};")];
+    for (privileges, object, _) in privileges(u) {
+        let (kind, name) = object.split_once(' ').expect("KIND name");
+        out.push(format!(
+            "GRANT {privileges} ON {kind} {s}.{name} TO {role};"
+        ));
+    }
+    out
+}
+
+/// Runs `statements` in one transaction: all or none.
+pub async fn apply(conn: &mut PgConnection, statements: &[String]) -> sqlx::Result<()> {
+    use sqlx::Connection;
+    let mut tx = conn.begin().await?;
+    for sql in statements {
+        sqlx::raw_sql(sql).execute(&mut *tx).await?;
+    }
+    tx.commit().await
+}
+
+/// Whether `role` exists (asked before applying, so the error names it).
+pub async fn role_exists(conn: &mut PgConnection, role: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)")
+        .bind(role)
+        .fetch_one(conn)
+        .await
+}
