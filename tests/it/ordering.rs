@@ -1503,3 +1503,27 @@ async fn dead_letter_commands_beside_an_open_ordered_claim() {
         }
     }
 }
+
+/// The blocking trigger's function reads `outbox_ordering` and updates `outbox` in its own
+/// schema whatever the session's search path: an operator's psql (search path `public`, or
+/// another outbox's schema) that dead-letters a row by its qualified name used to make it read
+/// the other schema's switch and set `blocks_key` on the other outbox's row of the same id.
+#[tokio::test]
+async fn the_blocking_trigger_acts_in_its_own_schema_whatever_the_search_path() {
+    let (a, b) = (TestDb::new().await, TestDb::new().await);
+    for db in [&a, &b] {
+        db.seed_ready(1).await;
+    }
+    b.exec("INSERT INTO outbox_ordering (aggregate_type, on_dead) VALUES ('*', 'block')")
+        .await;
+    // A session whose search path is the other schema, as an operator's psql might have.
+    a.exec(&format!(
+        "UPDATE \"{}\".outbox SET dead_lettered_at = now(), last_error = 'by hand' WHERE id = 1",
+        b.schema
+    ))
+    .await;
+    let in_b: Option<bool> = b.scalar("SELECT blocks_key FROM outbox WHERE id = 1").await;
+    let in_a: Option<bool> = a.scalar("SELECT blocks_key FROM outbox WHERE id = 1").await;
+    assert_eq!(in_b, Some(true), "the dead-lettered row blocks its key");
+    assert_ne!(in_a, Some(true), "the other schema's row was changed");
+}
