@@ -41,14 +41,15 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         .build()?;
     let log_format = cli.log.log_format;
     // The use a missing privilege is explained against (`outboxctl grants --for`).
+    use db::grants::Use;
     let grants_for = match &cli.command {
-        Command::Publish(_) => "producer",
-        Command::Relay(_) => "relay",
-        Command::Stats(_) | Command::Doctor(_) | Command::Migrate(_) => "monitor",
-        _ => "operator",
+        Command::Publish(_) => Use::Producer,
+        Command::Relay(_) => Use::Relay,
+        Command::Stats(_) | Command::Doctor(_) | Command::Migrate(_) => Use::Monitor,
+        _ => Use::Operator,
     };
     runtime.block_on(async move {
-        match cli.command {
+        let result = match cli.command {
             Command::Migrate(args) => cmd::migrate::run(args).await,
             Command::Publish(args) => cmd::publish::run(args).await,
             Command::Stats(args) => cmd::stats::run(args).await,
@@ -65,7 +66,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Completions(_) => unreachable!("handled above"),
         }
         .map_err(db::explain_pooler)
-        .map_err(db::explain_read_only)
-        .map_err(|e| db::explain_privilege(e, grants_for))
+        .map_err(db::explain_read_only);
+        match result {
+            Err(e) => Err(db::explain_privilege(e, grants_for).await),
+            ok => ok,
+        }
     })
 }

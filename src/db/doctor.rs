@@ -169,6 +169,18 @@ pub struct HorizonHolder {
     pub xid_age: Option<i64>,
 }
 
+/// Whether this session's role sees every session in `pg_stat_activity` in full: a superuser or
+/// a member of `pg_read_all_stats` (or `pg_monitor`, which includes it). Others see another
+/// role's sessions without their state, query, or start times.
+pub async fn sees_all_sessions(conn: &mut PgConnection) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT rolsuper OR pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER')
+           FROM pg_roles WHERE rolname = current_user",
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// The sessions of this database with a snapshot or transaction id (`backend_xmin`,
 /// `backend_xid`), prepared transactions of this database, and replication slots with an xmin
 /// (any database: a slot holds back every database's catalog, a physical slot with

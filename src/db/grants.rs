@@ -23,6 +23,18 @@ pub enum Use {
     Monitor,
 }
 
+impl Use {
+    /// Its name on the command line (`grants --for`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Use::Producer => "producer",
+            Use::Relay => "relay",
+            Use::Operator => "operator",
+            Use::Monitor => "monitor",
+        }
+    }
+}
+
 /// Every use, in the order of the documentation.
 pub const USES: [Use; 4] = [Use::Producer, Use::Relay, Use::Operator, Use::Monitor];
 
@@ -142,4 +154,77 @@ pub async fn role_exists(conn: &mut PgConnection, role: &str) -> sqlx::Result<bo
         .bind(role)
         .fetch_one(conn)
         .await
+}
+
+/// What the session's role lacks of `u`'s privileges on `schema`, as (privilege, object) in the
+/// table's order, e.g. `("UPDATE", "table outbox")`: the server's `has_*_privilege` functions,
+/// one statement.
+pub async fn missing(
+    conn: &mut PgConnection,
+    schema: &Schema,
+    u: Use,
+) -> sqlx::Result<Vec<(String, String)>> {
+    // (kind, object, column or "", privilege) per privilege.
+    let mut rows: Vec<(String, String, String, String)> = vec![(
+        "SCHEMA".into(),
+        schema.name().to_owned(),
+        String::new(),
+        "USAGE".into(),
+    )];
+    for (privileges, object, _) in privileges(u) {
+        let (kind, name) = object.split_once(' ').expect("KIND name");
+        let qualified = format!("{}.{name}", schema.quoted());
+        // "SELECT (id, idempotency_key)": a privilege on columns.
+        match privileges.split_once(" (") {
+            Some((privilege, columns)) => {
+                for column in columns.trim_end_matches(')').split(", ") {
+                    rows.push((
+                        "COLUMN".into(),
+                        qualified.clone(),
+                        column.into(),
+                        privilege.into(),
+                    ));
+                }
+            }
+            None => {
+                for privilege in privileges.split(", ") {
+                    rows.push((
+                        kind.into(),
+                        qualified.clone(),
+                        String::new(),
+                        privilege.into(),
+                    ));
+                }
+            }
+        }
+    }
+    let (kinds, objects, columns, privs): (Vec<_>, Vec<_>, Vec<_>, Vec<_>) = rows.into_iter().fold(
+        Default::default(),
+        |(mut k, mut o, mut c, mut p), (a, b, cc, d)| {
+            k.push(a);
+            o.push(b);
+            c.push(cc);
+            p.push(d);
+            (k, o, c, p)
+        },
+    );
+    sqlx::query_as(
+        "SELECT p, CASE k WHEN 'COLUMN' THEN 'column ' || c || ' of table ' || o
+                         ELSE lower(k) || ' ' || o END
+           FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY
+                AS t(k, o, c, p, n)
+          WHERE NOT CASE k
+                    WHEN 'SCHEMA' THEN has_schema_privilege(o, p)
+                    WHEN 'TABLE' THEN has_table_privilege(o, p)
+                    WHEN 'SEQUENCE' THEN has_sequence_privilege(o, p)
+                    ELSE has_column_privilege(o, c, p)
+                    END
+          ORDER BY n",
+    )
+    .bind(&kinds)
+    .bind(&objects)
+    .bind(&columns)
+    .bind(&privs)
+    .fetch_all(conn)
+    .await
 }

@@ -52,7 +52,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
-use crate::config::{DbConfig, Pooler, Schema};
+use crate::config::{DbConfig, Pooler};
 use crate::exit::CodedError;
 
 /// How a command's statements reach PostgreSQL through a transaction-pooling proxy (`--pooler
@@ -222,12 +222,14 @@ pub fn explain_pooler(err: anyhow::Error) -> anyhow::Error {
     }
 }
 
-/// `err` with the role it happened to and the command that prints what to grant, when its cause
-/// is PostgreSQL's `insufficient_privilege` (42501, "permission denied for table ..."): exit
-/// [`crate::exit::PRIVILEGE`]. `grants_for` is the use of the command that failed (`relay`,
-/// `operator`...: [`grants::Use`]); else unchanged. The database error is looked for under every
-/// wrapper (a relay step's error forwards its source).
-pub fn explain_privilege(err: anyhow::Error, grants_for: &str) -> anyhow::Error {
+/// `err` with the role it happened to, the privilege it lacks and the command that prints what
+/// to grant, when its cause is PostgreSQL's `insufficient_privilege` (42501, "permission denied
+/// for table ..."): exit [`crate::exit::PRIVILEGE`]; else unchanged. `grants_for` is the use of
+/// the command that failed. PostgreSQL names only the table, so the privileges that use needs
+/// ([`grants::privileges`]) are asked of the server (`has_table_privilege` and the like) on a new
+/// connection: only on this error, never on a command's way. The database error is looked for
+/// under every wrapper (a relay step's error forwards its source).
+pub async fn explain_privilege(err: anyhow::Error, grants_for: grants::Use) -> anyhow::Error {
     let denied = err.chain().any(|e| {
         e.downcast_ref::<sqlx::Error>().is_some_and(
             |e| matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501")),
@@ -235,16 +237,41 @@ pub fn explain_privilege(err: anyhow::Error, grants_for: &str) -> anyhow::Error 
             .downcast_ref::<sqlx::postgres::PgDatabaseError>()
             .is_some_and(|db| db.code() == "42501")
     });
-    let Some((role, schema)) = CONNECTED.get().filter(|_| denied) else {
+    let Some(cfg) = CONNECTED.get().filter(|_| denied) else {
         return err;
     };
+    let role = cfg.options.get_username();
+    // "permission denied for table outbox_locks": what the refused statement touched; of what the
+    // role lacks, that object's privilege is named first.
+    let text = crate::exit::message(&err);
+    let named = text
+        .split("permission denied for ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().nth(1))
+        .map(|name| format!(".{}", name.trim_end_matches([')', ',', ':'])));
+    let lacks = match PgConnection::connect_with(&cfg.options).await {
+        Ok(mut conn) => grants::missing(&mut conn, &cfg.schema, grants_for)
+            .await
+            .ok()
+            .and_then(|m| {
+                let on_named = m
+                    .iter()
+                    .position(|(_, object)| named.as_deref().is_some_and(|n| object.ends_with(n)));
+                m.into_iter().nth(on_named.unwrap_or(0))
+            }),
+        Err(_) => None,
+    };
+    let lacks = lacks
+        .map(|(privilege, object)| format!(", which lacks {privilege} on {object}"))
+        .unwrap_or_default();
     CodedError {
         code: crate::exit::PRIVILEGE,
         message: format!(
-            "{} (as role `{role}`): `outboxctl grants --role {role} --for {grants_for}` prints \
-             what this needs on schema `{}` (apply it as the schema's owner)",
+            "{} (as role `{role}`{lacks}): `outboxctl grants --role {role} --for {}` prints what \
+             this needs on schema `{}` (apply it as the schema's owner)",
             crate::exit::message(&err),
-            schema.name()
+            grants_for.name(),
+            cfg.schema.name()
         ),
     }
     .into()
@@ -399,8 +426,9 @@ async fn init_session(conn: &mut PgConnection, cfg: &DbConfig) -> sqlx::Result<(
 
 /// One connection, with the configured timeout, whose search path is the configured schema
 /// (under transaction pooling: whose transactions opened by [`Pin`] get that search path).
-/// The role and schema of this process's first connection, for [`explain_privilege`].
-static CONNECTED: std::sync::OnceLock<(String, Schema)> = std::sync::OnceLock::new();
+/// The settings of this process's first connection (its role, its schema), for
+/// [`explain_privilege`].
+static CONNECTED: std::sync::OnceLock<DbConfig> = std::sync::OnceLock::new();
 
 pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
     match tokio::time::timeout(
@@ -426,8 +454,7 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
                     tx.commit().await.map_err(|e| connect_error(cfg, e))?;
                 }
             }
-            let who = (cfg.options.get_username().to_owned(), cfg.schema.clone());
-            if CONNECTED.set(who).is_ok() {
+            if CONNECTED.set(cfg.clone()).is_ok() {
                 tracing::info!(
                     "connected to {} (schema `{}`; settings from {})",
                     cfg.display,

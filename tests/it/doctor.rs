@@ -70,6 +70,7 @@ async fn a_healthy_outbox_passes_every_check_of_its_own() {
         "table_bloat",
         "index_bloat",
         "autovacuum",
+        "session_visibility",
         "xmin_horizon",
         "relays",
         "dead_letters",

@@ -1,7 +1,7 @@
 //! Least privilege (issue 25): `migrate` as the schema's owner (not a superuser), then each use's
 //! commands as a role that has only what `outboxctl grants --for USE` gives it (applied by the
 //! owner with `--apply`), and a command run by a role without its grants: one line naming the
-//! table and the `grants` command, exit 7.
+//! table, the privilege the role lacks on it and the `grants` command, exit 7.
 
 use std::process::Output;
 
@@ -261,30 +261,56 @@ async fn each_use_works_with_only_its_grants_and_a_missing_one_says_what_to_gran
         stdout(&out),
         stderr(&out)
     );
+    // Without pg_read_all_stats, doctor says which checks saw less.
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let visibility = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "session_visibility")
+        .expect("session_visibility");
+    assert_eq!(visibility["status"], "WARN", "{visibility}");
+    assert!(
+        visibility["message"]
+            .as_str()
+            .unwrap()
+            .contains("pg_read_all_stats"),
+        "{visibility}"
+    );
 
     // A command outside a role's grants: one line naming the table and what to run.
     db.seed_ready(1).await;
-    for (role, args, table, u) in [
+    for (role, args, table, lacks, u) in [
         (
             monitor,
             &["relay", "--once", "--sink", "null"][..],
             "outbox",
+            "UPDATE",
             "relay",
         ),
         (
             relay,
             &["prune", "--older-than", "1ms"][..],
             "outbox_locks",
+            "SELECT",
             "operator",
         ),
-        (producer, &["requeue", "--all"][..], "outbox", "operator"),
+        (
+            producer,
+            &["requeue", "--all"][..],
+            "outbox",
+            "SELECT",
+            "operator",
+        ),
     ] {
         let out = run_as(&db, role, args);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(7), "{role} {args:?}: {err}");
         let last = err.trim_end().lines().last().unwrap_or_default();
+        let lacks = format!("which lacks {lacks} on table \"{}\".{table}", db.schema);
         assert!(
             last.contains(&format!("permission denied for table {table}"))
+                && last.contains(&lacks)
                 && last.contains(&format!("outboxctl grants --role {role} --for {u}")),
             "{role} {args:?}: {err}"
         );

@@ -14,6 +14,26 @@ const XID_AGE_FAIL: i64 = 1_000_000_000;
 /// A replication slot holding back the horizon by more transactions than this is reported.
 const SLOT_XID_AGE_WARN: i64 = 10_000_000;
 
+/// Whether doctor saw other roles' sessions in full (`sees_all`): without `pg_read_all_stats` the
+/// `xmin_horizon` and `relays` checks miss what those sessions are doing (WARN, naming the grant).
+pub(super) fn visibility_check(sees_all: &bool) -> Check {
+    if *sees_all {
+        check(
+            "session_visibility",
+            Status::Pass,
+            "this role sees every session in pg_stat_activity",
+            json!({ "sees_all_sessions": true }),
+        )
+    } else {
+        check(
+            "session_visibility",
+            Status::Warn,
+            "this role sees other roles' sessions without their state or start time, so xmin_horizon and relays could not judge them: GRANT pg_read_all_stats (or pg_monitor) to it",
+            json!({ "sees_all_sessions": false }),
+        )
+    }
+}
+
 /// Every holder older than --max-xact-age (or a slot too far behind) is named, oldest first,
 /// with what it costs the relay: the outbox's `dead_rows` (dead row versions) that claims from the
 /// start walk until the holder ends.
@@ -107,6 +127,20 @@ pub(super) fn horizon_check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_role_that_sees_only_its_own_sessions_is_warned_and_told_what_to_grant() {
+        let seen = visibility_check(&true);
+        assert_eq!(seen.status, Status::Pass);
+        let blind = visibility_check(&false);
+        assert_eq!(blind.status, Status::Warn);
+        assert!(
+            blind.message.contains("pg_read_all_stats"),
+            "{}",
+            blind.message
+        );
+        assert!(blind.message.contains("xmin_horizon"), "{}", blind.message);
+    }
 
     fn holder(
         kind: &str,

@@ -304,6 +304,12 @@ pub async fn diagnose(
             (Err(e), _) | (_, Err(e)) => could_not_check("autovacuum", e),
         });
     }
+    let visibility = read(sql::sees_all_sessions(conn).await);
+    out.push(judged(
+        "session_visibility",
+        &visibility,
+        horizon::visibility_check,
+    ));
     let holders = read(sql::horizon_holders(conn).await);
     out.push(judged("xmin_horizon", &holders, |h| {
         horizon::horizon_check(h, s, dead_rows)
