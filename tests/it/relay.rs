@@ -1233,3 +1233,56 @@ async fn an_event_ready_behind_the_claim_cursor_is_claimed_within_the_bound() {
         assert!(ids_in_file(&path).contains(&behind), "{mode:?}");
     }
 }
+
+/// `timeout(1)`, the usual wrapper of a relay run from cron, sends its SIGTERM twice: to the relay
+/// and to its own process group, which holds the relay. Most often the two arrive as one; when
+/// they arrive apart (seen once, on a relay backing off from a standby) the relay took the second
+/// for an impatient one, logged "second signal: exiting now" and abandoned its in-flight
+/// publishes. A SIGTERM within a second of the first is now the same request; a second SIGINT
+/// (Ctrl-C pressed again) still exits at once with 130.
+#[tokio::test]
+async fn a_sigterm_sent_twice_at_once_is_one_request_to_stop() {
+    let db = TestDb::new().await;
+    // Under GNU timeout itself.
+    let out = std::process::Command::new("timeout")
+        .arg("2")
+        .arg(crate::common::bin().get_program())
+        .args(["relay", "--sink", "null", "--poll-interval", "100ms"])
+        .env("DATABASE_URL", &db.url)
+        .env("OUTBOXCTL_SCHEMA", &db.schema)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(124), "timed out, not killed: {err}");
+    assert!(!err.contains("second signal: exiting now"), "{err}");
+    // The two deliveries apart, as they sometimes arrive; then two SIGINTs the same way.
+    for (sig, code) in [("TERM", 0), ("INT", 130)] {
+        let mut child = db
+            .cmd()
+            .args(["relay", "--sink", "null", "--poll-interval", "100ms"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = crate::common::capture(child.stderr.take().unwrap());
+        wait_until(Duration::from_secs(20), "the relay started", || {
+            let started = log.lock().unwrap().contains("relay starting");
+            async move { started }
+        })
+        .await;
+        signal(&child, sig);
+        wait_until(Duration::from_secs(20), "the shutdown began", || {
+            let began = log.lock().unwrap().contains("shutting down");
+            async move { began }
+        })
+        .await;
+        signal(&child, sig);
+        let status = child.wait().unwrap();
+        let log = log.lock().unwrap().clone();
+        assert_eq!(status.code(), Some(code), "SIG{sig} twice: {log}");
+        assert_eq!(
+            log.contains("second signal: exiting now"),
+            sig == "INT",
+            "SIG{sig} twice: {log}"
+        );
+    }
+}
