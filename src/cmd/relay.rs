@@ -1,7 +1,7 @@
 //! `outboxctl relay`: resolve flags into a [`Relay`], handle signals, run `--once` or the daemon.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -324,10 +324,6 @@ fn print_summary(
 /// once (leases expire, nothing is lost). SIGHUP: the sink reopens its file (logrotate), else
 /// nothing: it never stops the relay (its default action would, exit 129). The handlers are
 /// installed before this returns, so no signal arriving once the relay runs takes the default.
-/// A SIGTERM this soon after the first is the same request delivered twice (see
-/// `spawn_signal_handler`), not a second one.
-const REPEATED_TERM: Duration = Duration::from_secs(1);
-
 fn spawn_signal_handler(
     shutdown: CancellationToken,
     sink: Arc<dyn sink::Sink>,
@@ -337,35 +333,24 @@ fn spawn_signal_handler(
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
-        // When the first SIGTERM or SIGINT came, and whether it was a SIGTERM.
-        let mut first: Option<(Instant, bool)> = None;
+        let mut signals = 0;
         loop {
-            let is_term = tokio::select! {
-                _ = term.recv() => true,
-                _ = int.recv() => false,
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
                 _ = hup.recv() => {
                     let reopened = sink.reopen().await.map(|r| r.map_err(|e| e.to_string()));
                     RelayEvent::Hangup { sink: sink.describe(), reopened }.emit();
                     continue;
                 }
-            };
-            match first {
-                None => {
-                    first = Some((Instant::now(), is_term));
-                    RelayEvent::ShutdownRequested.emit();
-                    shutdown.cancel();
-                }
-                // timeout(1) sends its SIGTERM to the relay and to its process group, which holds
-                // the relay: one request to stop, delivered twice.
-                Some((at, true)) if is_term && at.elapsed() < REPEATED_TERM => {
-                    tracing::debug!(
-                        "the same SIGTERM again (timeout(1) sends one to the process group too)"
-                    );
-                }
-                Some(_) => {
-                    RelayEvent::SecondSignal.emit();
-                    std::process::exit(i32::from(exit::INTERRUPTED));
-                }
+            }
+            signals += 1;
+            if signals == 1 {
+                RelayEvent::ShutdownRequested.emit();
+                shutdown.cancel();
+            } else {
+                RelayEvent::SecondSignal.emit();
+                std::process::exit(i32::from(exit::INTERRUPTED));
             }
         }
     });
