@@ -69,6 +69,11 @@ pub fn privileges(u: Use) -> &'static [(&'static str, &'static str, &'static str
                 "TABLE outbox_ordering",
                 "which aggregate types are ordered",
             ),
+            (
+                "SELECT, INSERT, UPDATE",
+                "TABLE outbox_relay_floor",
+                "where `relay --once` runs start (one row)",
+            ),
             MIGRATIONS,
         ],
         Use::Operator => &[

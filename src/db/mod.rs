@@ -36,6 +36,7 @@ pub mod audit;
 pub mod dead;
 pub mod doctor;
 pub mod events;
+pub mod floor;
 pub mod grants;
 pub mod metrics;
 pub mod migrate;

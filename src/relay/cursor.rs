@@ -26,15 +26,20 @@
 //! A claim that left rows too large for its sizing among those it took (`Claim::passed_over`)
 //! holds the cursor where the claim started, so the next claim (sized for them) finds them.
 //!
-//! `relay --once` ([`ClaimStart::run_once`]) starts at the start and, instead of ending on a
-//! short claim from the cursor, first sweeps from just before the first row its first claim took
-//! (the *floor*): what the run passed over (rows another transaction held locked, rows given
-//! back) is claimed then. The sweep reads the entries of the rows this run claimed, not the dead
-//! rows before the floor, which a claim from the start would walk again at the end of every run
-//! (round 5 of `bench/snapshot.sh`, snapshot held against none: 0.58-0.69x in tx mode with one,
-//! 0.93-0.95x with the sweep; lease 0.87x). What became
-//! ready behind the floor during the run is left to a claim from the start that falls due, or to
-//! the next run.
+//! `relay --once` ([`ClaimStart::run_once`]) goes on from where the previous run's claims
+//! reached ([`ClaimStart::resume`], saved by [`ClaimStart::to_save`] in `outbox_relay_floor`,
+//! migration 10), with the previous runs' last claim from the start as its own: a fresh process
+//! otherwise walked every dead row a snapshot kept before its first row (one event: 174-212 ms
+//! against 38-40 ms with none, `bench/snapshot.sh`). It makes no claim from the start before
+//! its claims from the cursor come back short (new events first). Instead of ending on that
+//! short claim, it first claims from the start if one is due by the rule above (carried from run
+//! to run), else sweeps from its *floor* (where it resumed, or just before the first row its
+//! first claim from the start took): what the run passed over (rows another transaction held
+//! locked, rows given back) is claimed then. The sweep reads the entries of the rows this run
+//! claimed, not the dead rows before the floor, which a claim from the start would walk at the
+//! end of every run (round 5 of `bench/snapshot.sh`, snapshot held against none: 0.58-0.69x in
+//! tx mode with one, 0.93-0.95x with the sweep; lease 0.87x). What became ready behind the floor
+//! is left to a claim from the start that falls due, in this run or a later one.
 //!
 //! The state is shared by the steps in flight at once (`--pipeline-depth`): a claim started
 //! while another's rows are still locked starts after them instead of skipping them one by one.
@@ -42,6 +47,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::db::floor::{Floor, Saved};
 use crate::db::relay::{Claim, Position};
 
 /// A claim from the start once this many times the last one's duration has passed.
@@ -69,6 +75,8 @@ struct State {
     sweep: bool,
     /// `relay --once`: a sweep came back short, and no claim has taken a row since.
     swept: bool,
+    /// `relay --once`: the schema has the saved floor's table (migration 10).
+    saves: bool,
 }
 
 impl State {
@@ -104,13 +112,54 @@ impl ClaimStart {
     /// rows when there is no cursor yet, or a claim from the start is due.
     pub fn next(&self) -> Option<Position> {
         let s = self.state();
-        if s.rescan || s.rescan_due() {
+        // A `relay --once` run claims from the start when one is due only once its claims from
+        // the cursor come back short ([`ClaimStart::after`]): what is new goes out first.
+        if s.rescan || (!s.once && s.rescan_due()) {
             None
         } else if s.sweep {
             s.floor
         } else {
             s.cursor
         }
+    }
+
+    /// A `relay --once` run goes on from where an earlier run's claims reached (`saved`, from
+    /// [`crate::db::floor::load`]) instead of starting at the start: its claims start there, and
+    /// its sweep before it ends too, unless a claim from the start has fallen due by the saved
+    /// one's time and duration (then it claims from the start last).
+    pub fn resume(&self, saved: Saved) {
+        let mut s = self.state();
+        let saved = match saved {
+            Saved::NoTable => return,
+            Saved::Empty => {
+                s.saves = true;
+                return;
+            }
+            Saved::Floor(f) => f,
+        };
+        s.saves = true;
+        s.cursor = Some(saved.at);
+        s.floor = Some(saved.at);
+        s.last_full = Instant::now()
+            .checked_sub(saved.swept_ago)
+            .map(|began| (began, saved.sweep_took));
+    }
+
+    /// What a `relay --once` run that drained what it found leaves for the next one: where its
+    /// claims reached, and its last claim from the start. `None` while rows it gave back wait
+    /// behind the cursor (the next run starts from the saved floor, which is before them), or
+    /// when nothing was claimed and nothing saved.
+    pub fn to_save(&self) -> Option<Floor> {
+        let s = self.state();
+        if s.rescan || !s.saves {
+            return None;
+        }
+        let (began, took) = s.last_full?;
+        Some(Floor {
+            at: s.cursor?,
+            swept_ago: began.elapsed(),
+            sweep_took: took,
+        })
     }
 
     /// The next claim starts at the start: rows were given back behind the cursor.
@@ -159,7 +208,8 @@ impl ClaimStart {
                 false
             }
             Some(p) => {
-                let sweep = s.once && s.floor == Some(p);
+                let at_floor = s.once && s.floor == Some(p);
+                let sweep = at_floor && s.sweep;
                 if sweep {
                     s.sweep = false;
                 }
@@ -171,7 +221,9 @@ impl ClaimStart {
                     s.cursor = claim.last;
                     return false;
                 }
-                if sweep {
+                // A claim from the floor that was not asked for as the sweep (a resumed run's
+                // first) has covered the same ground.
+                if at_floor {
                     s.swept = true;
                 }
                 s.cursor = s.cursor.max(claim.last);
@@ -293,6 +345,84 @@ mod tests {
         s.state().last_full = Some((Instant::now() - quick * RESCAN_COST_FACTOR, quick));
         assert!(s.after(Some(at(10)), quick, &claim(Some(12)), false));
         assert_eq!(s.next(), None);
+    }
+
+    fn saved(id: i64, swept_ago: Duration, took: Duration) -> Saved {
+        Saved::Floor(Floor {
+            at: at(id),
+            swept_ago,
+            sweep_took: took,
+        })
+    }
+
+    #[test]
+    fn a_resumed_run_starts_at_the_saved_floor_and_claims_from_the_start_last_when_due() {
+        let s = ClaimStart::default();
+        s.run_once();
+        let took = Duration::from_millis(200);
+        // The last claim from the start was 20 x 200 ms ago: one is due, but new events first.
+        s.resume(saved(100, took * RESCAN_COST_FACTOR, took));
+        assert_eq!(
+            s.next(),
+            Some(at(100)),
+            "the first claim starts at the floor"
+        );
+        assert!(!s.after(Some(at(100)), took, &taken(101, 150), true));
+        assert_eq!(s.next(), Some(at(150)));
+        assert!(
+            s.after(Some(at(150)), took, &claim(Some(160)), false),
+            "a short claim from the cursor is followed by the claim from the start that is due"
+        );
+        assert_eq!(s.next(), None);
+        let quick = Duration::from_millis(3);
+        assert!(!s.after(None, quick, &claim(None), false));
+        let save = s.to_save().expect("a drained run saves its position");
+        assert_eq!(save.at, at(160));
+        assert_eq!(
+            save.sweep_took, quick,
+            "the claim from the start it made is saved"
+        );
+        assert!(save.swept_ago < took);
+    }
+
+    #[test]
+    fn a_resumed_run_whose_first_claim_is_short_ends_without_a_second_look_when_none_is_due() {
+        let s = ClaimStart::default();
+        s.run_once();
+        let took = Duration::from_millis(200);
+        s.resume(saved(100, Duration::from_millis(10), took));
+        assert_eq!(s.next(), Some(at(100)));
+        assert!(
+            !s.after(Some(at(100)), took, &taken(101, 101), false),
+            "the claim from the floor was the sweep: the run ends"
+        );
+        let save = s.to_save().unwrap();
+        assert_eq!(save.at, at(101));
+        assert_eq!(
+            save.sweep_took, took,
+            "the earlier claim from the start is carried on"
+        );
+        assert!(save.swept_ago >= Duration::from_millis(10));
+    }
+
+    #[test]
+    fn nothing_is_saved_without_the_table_or_while_rows_wait_behind_the_cursor() {
+        let s = ClaimStart::default();
+        s.run_once();
+        s.resume(Saved::NoTable);
+        s.after(None, Duration::from_millis(1), &taken(1, 5), false);
+        assert_eq!(s.to_save(), None, "an older schema: nothing saved");
+        let s = ClaimStart::default();
+        s.run_once();
+        s.resume(Saved::Empty);
+        s.after(None, Duration::from_millis(1), &taken(1, 5), false);
+        assert_eq!(s.to_save().map(|f| f.at), Some(at(5)));
+        s.rescan();
+        assert_eq!(
+            s.to_save(),
+            None,
+            "rows given back: the next run starts before them"
+        );
     }
 
     #[test]

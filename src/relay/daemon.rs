@@ -52,6 +52,7 @@ pub async fn once(
 ) -> Result<Report, StepError> {
     let started = Instant::now();
     relay.start.run_once();
+    resume_floor(relay).await;
     let depth = depth(relay);
     let mut pipe = Pipeline::new(relay, shutdown);
     let mut total = Report::default();
@@ -152,7 +153,47 @@ pub async fn once(
             }
         }
     }
+    save_floor(relay).await;
     Ok(total)
+}
+
+/// Starts the run where the last one's claims reached ([`crate::db::floor`]). Without it (none
+/// saved, an older schema, or the database not answering yet: the first claim will say so) the
+/// run starts at the start, as it always may.
+async fn resume_floor(relay: &Relay) {
+    let Ok(mut conn) = relay.pool.acquire().await else {
+        return;
+    };
+    let loaded = relay
+        .pin
+        .run(&mut conn, async |c| crate::db::floor::load(c).await)
+        .await;
+    match loaded {
+        Ok(saved) => relay.start.resume(saved),
+        Err(e) => {
+            crate::db::discard_if_broken(&mut conn, &e);
+            tracing::debug!("the saved claim floor was not read: {e}");
+        }
+    }
+}
+
+/// Saves where this run's claims reached for the next run, when it drained what it found. A
+/// failure costs the next run only its first claim's walk from the start.
+async fn save_floor(relay: &Relay) {
+    let Some(floor) = relay.start.to_save() else {
+        return;
+    };
+    let Ok(mut conn) = relay.pool.acquire().await else {
+        return;
+    };
+    let saved = relay
+        .pin
+        .run(&mut conn, async |c| crate::db::floor::save(c, &floor).await)
+        .await;
+    if let Err(e) = saved {
+        crate::db::discard_if_broken(&mut conn, &e);
+        tracing::warn!("the claim floor was not saved for the next run: {e}");
+    }
 }
 
 /// Takes in a claim's notice (also the one that comes with its step's end: a step that claimed

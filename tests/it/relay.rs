@@ -1233,3 +1233,92 @@ async fn an_event_ready_behind_the_claim_cursor_is_claimed_within_the_bound() {
         assert!(ids_in_file(&path).contains(&behind), "{mode:?}");
     }
 }
+
+/// Issue 30: a `relay --once` run starts where the previous run's claims reached (the floor
+/// saved in `outbox_relay_floor`), not at the start of the ready index, whose first entries a
+/// held snapshot keeps full of dead rows. An event that becomes ready behind that position (a
+/// producer's transaction that began an hour ago commits now) waits for the first run that
+/// starts 20 times the last claim from the start's duration after it; that run claims it after
+/// the new events. Here the saved claim from the start is made to have taken ten minutes (as one
+/// over millions of dead rows might), so the bound has not passed; then 200 minutes old, so it
+/// has.
+#[tokio::test]
+async fn relay_once_resumes_at_the_saved_floor_and_claims_what_is_behind_it_when_due() {
+    for mode in MODES {
+        let db = TestDb::new().await;
+        db.seed_ready(300).await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let once = || {
+            let out = relay_to_file(&db, mode, &path)
+                .args(["--once", "--batch-size", "100"])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{mode:?}: {}", stderr(&out));
+        };
+        once();
+        let (floor, last): (i64, i64) = (
+            db.scalar("SELECT id FROM outbox_relay_floor").await,
+            db.scalar("SELECT max(id) FROM outbox").await,
+        );
+        assert_eq!(
+            floor, last,
+            "{mode:?}: the run saved where its claims reached"
+        );
+        db.exec("UPDATE outbox_relay_floor SET sweep_took = interval '10 minutes'")
+            .await;
+        let behind: i64 = db
+            .scalar(
+                "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                                     idempotency_key, available_at)
+                 VALUES ('00000000-0000-0000-0000-000000000001', 'a', 'late', 'e', '{}',
+                         'late-commit', now() - interval '1 hour')
+                 RETURNING id",
+            )
+            .await;
+        db.exec(
+            "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                                 idempotency_key)
+             SELECT '00000000-0000-0000-0000-000000000001', 'order', 'n', 'order.placed', '{}',
+                    'new-1-' || g FROM generate_series(1, 3) g",
+        )
+        .await;
+        once();
+        let published_behind = || async {
+            db.scalar::<bool>(&format!(
+                "SELECT published_at IS NOT NULL FROM outbox WHERE id = {behind}"
+            ))
+            .await
+        };
+        assert!(
+            !published_behind().await,
+            "{mode:?}: the run started at the saved floor (a run from the start claims it)"
+        );
+        assert_eq!(
+            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+                .await,
+            1,
+            "{mode:?}: the new events went out"
+        );
+        // The saved claim from the start is now 20 x 10 minutes old: the next run makes one,
+        // after the new events.
+        db.exec("UPDATE outbox_relay_floor SET swept_at = now() - interval '200 minutes'")
+            .await;
+        db.exec(
+            "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                                 idempotency_key)
+             SELECT '00000000-0000-0000-0000-000000000001', 'order', 'n', 'order.placed', '{}',
+                    'new-2-' || g FROM generate_series(1, 2) g",
+        )
+        .await;
+        once();
+        assert!(published_behind().await, "{mode:?}: claimed once due");
+        let ids = ids_in_file(&path);
+        assert_eq!(ids.last(), Some(&behind), "{mode:?}: after the new events");
+        assert_eq!(ids.len(), 306, "{mode:?}: each event once");
+        let took: f64 = db
+            .scalar("SELECT extract(epoch FROM now() - swept_at)::float8 FROM outbox_relay_floor")
+            .await;
+        assert!(took < 60.0, "{mode:?}: the new claim from the start saved");
+    }
+}
