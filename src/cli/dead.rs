@@ -5,8 +5,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use super::events::ShowArgs;
 use super::shared::{
-    help_of, AuditArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListLimitArgs,
-    OutputArgs,
+    help_of, ChangeArgs, DatabaseArgs, FilterArgs, ListLimitArgs, OutputArgs, TargetArgs,
 };
 
 /// Dead letters: list, show, discard and export events the relay gave up on.
@@ -59,6 +58,10 @@ pub struct DeadShowArgs {
     pub show: ShowArgs,
 }
 
+/// The help of `ids` in `dead discard` and `requeue`.
+pub(super) const DEAD_IDS_OR_ALL: &str =
+    "Event ids (each must be dead-lettered); not together with filters or --all";
+
 /// Delete dead-lettered events, by ids or by filters (--all for every one).
 ///
 /// Only rows that are still dead when the DELETE runs are deleted (the state is re-checked in the
@@ -68,16 +71,13 @@ pub struct DeadShowArgs {
 /// Example: outboxctl dead discard --event-type 'test.*' --until 30d --yes
 #[derive(Debug, Args)]
 #[command(mut_args(help_of("dry_run", "List what would be discarded; change nothing")))]
+#[command(mut_args(help_of("ids", DEAD_IDS_OR_ALL)))]
 pub struct DeadDiscardArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Event ids (each must be dead-lettered); not together with filters or --all.
-    #[arg(value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
-    pub ids: Vec<i64>,
-
     #[command(flatten)]
-    pub filter: FilterArgs,
+    pub target: TargetArgs,
 
     /// Every dead-lettered event (no filter).
     #[arg(long, env = "OUTBOXCTL_DISCARD_ALL", value_parser = FalseyValueParser::new())]
@@ -92,16 +92,7 @@ pub struct DeadDiscardArgs {
     pub batch_size: u32,
 
     #[command(flatten)]
-    pub preview: DryRunArgs,
-
-    #[command(flatten)]
-    pub confirm: ConfirmArgs,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub change: ChangeArgs,
 }
 
 /// Write dead-lettered events as JSON lines, to fix offline and re-publish with `publish --file`.
@@ -112,16 +103,16 @@ pub struct DeadDiscardArgs {
 ///
 /// Example: outboxctl dead export --event-type order.placed > dead.jsonl
 #[derive(Debug, Args)]
+#[command(mut_args(help_of(
+    "ids",
+    "Event ids (each must be dead-lettered); not together with filters"
+)))]
 pub struct DeadExportArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Event ids (each must be dead-lettered); not together with filters.
-    #[arg(value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
-    pub ids: Vec<i64>,
-
     #[command(flatten)]
-    pub filter: FilterArgs,
+    pub target: TargetArgs,
 
     /// At most this many events, the most recently dead-lettered first.
     #[arg(long, env = "OUTBOXCTL_EXPORT_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]

@@ -7,8 +7,7 @@ use clap::builder::FalseyValueParser;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::shared::{
-    help_of, AuditArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListLimitArgs,
-    OutputArgs,
+    help_of, ChangeArgs, DatabaseArgs, FilterArgs, ListLimitArgs, OutputArgs, TargetArgs,
 };
 use super::values::{parse_duration, parse_timestamp};
 
@@ -128,12 +127,8 @@ pub struct CancelArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Event ids; not together with filters.
-    #[arg(value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
-    pub ids: Vec<i64>,
-
     #[command(flatten)]
-    pub filter: FilterArgs,
+    pub target: TargetArgs,
 
     /// With filters: only events in these states (comma-separated or repeated; `pending` means
     /// ready, scheduled and in-flight) [default: ready, scheduled, dead; in-flight too with
@@ -160,16 +155,7 @@ pub struct CancelArgs {
     pub force: bool,
 
     #[command(flatten)]
-    pub preview: DryRunArgs,
-
-    #[command(flatten)]
-    pub confirm: ConfirmArgs,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub change: ChangeArgs,
 }
 
 /// Move when pending events are due, by ids (all or nothing) or by filters (in batches).
@@ -199,12 +185,8 @@ pub struct RescheduleArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Event ids; not together with filters.
-    #[arg(value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
-    pub ids: Vec<i64>,
-
     #[command(flatten)]
-    pub filter: FilterArgs,
+    pub target: TargetArgs,
 
     /// With filters: only events in these states (ready, scheduled; comma-separated or repeated)
     /// [default: ready and scheduled].
@@ -234,16 +216,7 @@ pub struct RescheduleArgs {
     pub delay: Option<Duration>,
 
     #[command(flatten)]
-    pub preview: DryRunArgs,
-
-    #[command(flatten)]
-    pub confirm: ConfirmArgs,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub change: ChangeArgs,
 }
 
 /// Change pending or dead events before they are handled: payload, headers, event type.
@@ -317,14 +290,5 @@ pub struct EditArgs {
     pub reason: Option<String>,
 
     #[command(flatten)]
-    pub preview: DryRunArgs,
-
-    #[command(flatten)]
-    pub confirm: ConfirmArgs,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub change: ChangeArgs,
 }

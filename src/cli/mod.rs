@@ -48,8 +48,8 @@ pub use publish::PublishArgs;
 pub use relay::{RelayArgs, RelayMode, RetryArgs, DEFAULT_LEASE};
 pub use requeue::RequeueArgs;
 pub use shared::{
-    AuditArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListLimitArgs, LogArgs,
-    LogFormat, OutputArgs, PoolerArg, SharedArgs, TimeArg,
+    AuditArgs, ChangeArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListLimitArgs,
+    LogArgs, LogFormat, NoConfirm, OutputArgs, PoolerArg, SharedArgs, TargetArgs, TimeArg,
 };
 pub use stats::{StatsArgs, StatsBy, StatsCheckArgs, StatsFormat};
 pub use values::{

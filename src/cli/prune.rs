@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::shared::{help_of, AuditArgs, DatabaseArgs, DryRunArgs, OutputArgs};
+use super::shared::{help_of, ChangeArgs, DatabaseArgs, NoConfirm};
 use super::values::{parse_duration, parse_nonzero_duration};
 
 /// Delete published events past their retention, in short batches (for cron).
@@ -80,11 +80,5 @@ pub struct PruneArgs {
     pub max_batches: Option<u64>,
 
     #[command(flatten)]
-    pub preview: DryRunArgs,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub change: ChangeArgs<NoConfirm>,
 }

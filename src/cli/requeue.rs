@@ -5,7 +5,8 @@ use std::time::Duration;
 use clap::builder::FalseyValueParser;
 use clap::Args;
 
-use super::shared::{help_of, AuditArgs, DatabaseArgs, DryRunArgs, FilterArgs, OutputArgs};
+use super::dead::DEAD_IDS_OR_ALL;
+use super::shared::{help_of, ChangeArgs, DatabaseArgs, NoConfirm, TargetArgs};
 use super::values::parse_duration;
 
 /// Send dead-lettered events again, by ids or by filters (--all for every one).
@@ -29,16 +30,13 @@ use super::values::parse_duration;
     about = "Send dead-lettered events again, by ids or by filters (--all for every one)"
 )]
 #[command(mut_args(help_of("dry_run", "List exactly what would be requeued; change nothing")))]
+#[command(mut_args(help_of("ids", DEAD_IDS_OR_ALL)))]
 pub struct RequeueArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Event ids (each must be dead-lettered); not together with filters or --all.
-    #[arg(value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
-    pub ids: Vec<i64>,
-
     #[command(flatten)]
-    pub filter: FilterArgs,
+    pub target: TargetArgs,
 
     /// Every dead-lettered event (no filter).
     #[arg(long, env = "OUTBOXCTL_REQUEUE_ALL", value_parser = FalseyValueParser::new())]
@@ -66,11 +64,5 @@ pub struct RequeueArgs {
     pub batch_size: u32,
 
     #[command(flatten)]
-    pub preview: DryRunArgs,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub change: ChangeArgs<NoConfirm>,
 }

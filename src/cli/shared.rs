@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::builder::FalseyValueParser;
-use clap::{Args, ValueEnum};
+use clap::{Args, FromArgMatches, ValueEnum};
 
 use super::values::{parse_nonzero_duration, parse_time_or_ago, parse_uuid};
 
@@ -206,4 +206,39 @@ pub struct DryRunArgs {
 /// last in completions and the reference pages.)
 pub(super) fn help_of(id: &'static str, help: &'static str) -> impl FnMut(clap::Arg) -> clap::Arg {
     move |a| if a.get_id() == id { a.help(help) } else { a }
+}
+
+/// What a command that changes events takes after its own flags, in this order: the preview, the
+/// confirmation (`C`: [`ConfirmArgs`], or [`NoConfirm`] for a command that never asks), who acts
+/// and the output format.
+#[derive(Debug, Args, Clone)]
+pub struct ChangeArgs<C: Args + FromArgMatches = ConfirmArgs> {
+    #[command(flatten)]
+    pub preview: DryRunArgs,
+
+    #[command(flatten)]
+    pub confirm: C,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// [`ChangeArgs`] of a command that never asks for confirmation (`requeue`, `prune`).
+#[derive(Debug, Args, Clone, Copy)]
+pub struct NoConfirm {}
+
+/// The events a change or an export acts on: ids, or filters (not both; see
+/// [`crate::select::Selection`]). A command whose ids must be in a particular state says so with
+/// `#[command(mut_args(help_of("ids", "..")))]`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct TargetArgs {
+    /// Event ids; not together with filters.
+    #[arg(value_parser = clap::value_parser!(i64).range(1..), value_name = "ID")]
+    pub ids: Vec<i64>,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }

@@ -65,10 +65,10 @@ async fn show(args: ShowArgs) -> anyhow::Result<u8> {
 
 async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let filter = EventFilter::from_args(&args.filter)?;
-    let selection = Selection::resolve(&args.ids, filter, args.all, "discard")?;
+    let filter = EventFilter::from_args(&args.target.filter)?;
+    let selection = Selection::resolve(&args.target.ids, filter, args.all, "discard")?;
     let audit = Audit {
-        actor: config::actor(&args.audit)?,
+        actor: config::actor(&args.change.audit)?,
         reason: None,
     };
     let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
@@ -76,9 +76,9 @@ async fn discard(args: DeadDiscardArgs) -> anyhow::Result<u8> {
     let plan = batch::Plan {
         words: DISCARD,
         rows: batch::Rows::Dead,
-        dry_run: args.preview.dry_run,
-        confirm: Some(args.confirm.yes),
-        json: args.output.json,
+        dry_run: args.change.preview.dry_run,
+        confirm: Some(args.change.confirm.yes),
+        json: args.change.output.json,
         batch_size: args.batch_size,
         dry_detail: String::new(),
     };
@@ -99,21 +99,22 @@ const DISCARD: batch::Words = batch::Words::dead("discard", "discarded", "discar
 
 async fn export(args: DeadExportArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let filter = EventFilter::from_args(&args.filter)?;
-    if !args.ids.is_empty() && !filter.is_empty() {
+    let filter = EventFilter::from_args(&args.target.filter)?;
+    if !args.target.ids.is_empty() && !filter.is_empty() {
         return Err(CodedError::usage("give either event ids or filters, not both").into());
     }
     let pool = db::pool_migrated(&cfg, 1).await?;
     let mut conn = pool.acquire().await?;
     // Explicit ids are checked first (each must exist and be dead); then the rows are streamed
     // from one query, newest dead first, so memory does not grow with the number exported.
-    let ids = if args.ids.is_empty() {
+    let ids = if args.target.ids.is_empty() {
         check_filter(&mut conn, &filter).await?;
         None
     } else {
-        let selection = Selection::resolve(&args.ids, EventFilter::default(), false, "export")?;
+        let selection =
+            Selection::resolve(&args.target.ids, EventFilter::default(), false, "export")?;
         select_dead(&mut conn, &selection, args.limit, "export").await?;
-        Some(args.ids.clone())
+        Some(args.target.ids.clone())
     };
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
     let written = db::events::for_each(

@@ -215,8 +215,8 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
             wanted.push((t, micros(d, flag)?));
         }
     }
-    let actor = config::actor(&args.audit)?;
-    let json = args.output.json;
+    let actor = config::actor(&args.change.audit)?;
+    let json = args.change.output.json;
     let pool = db::pool_migrated(&cfg, 1).await?;
     // Dead letters are kept while they block an ordered key: that needs the ordering columns.
     let through = if wanted.iter().any(|(t, _)| *t == Target::Dead) {
@@ -237,7 +237,7 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
     }
     let mut report = PruneReport {
         schema: cfg.schema.name().to_owned(),
-        dry_run: args.preview.dry_run,
+        dry_run: args.change.preview.dry_run,
         stop_reason: None,
         published: None,
         dead: None,
@@ -274,7 +274,7 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
         }
     }
 
-    if args.preview.dry_run {
+    if args.change.preview.dry_run {
         for (t, cutoff) in &plan {
             let n = count(&pin, &mut conn, *t, *cutoff).await?;
             if let Some(r) = report.table_mut(*t) {

@@ -17,15 +17,15 @@ use crate::select::{EventFilter, Selection};
 
 pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args_pooled(&args.db)?;
-    let filter = EventFilter::from_args(&args.filter)?;
-    let selection = Selection::resolve(&args.ids, filter, args.all, "requeue")?;
+    let filter = EventFilter::from_args(&args.target.filter)?;
+    let selection = Selection::resolve(&args.target.ids, filter, args.all, "requeue")?;
     let delay_micros = delay_micros(args.delay)?;
     let reason = match args.reason.as_deref().map(str::trim) {
         Some("") => return Err(CodedError::usage("--reason must not be empty").into()),
         r => r.map(str::to_owned),
     };
     let audit = Audit {
-        actor: config::actor(&args.audit)?,
+        actor: config::actor(&args.change.audit)?,
         reason,
     };
     let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
@@ -38,9 +38,9 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     let plan = batch::Plan {
         words: REQUEUE,
         rows: batch::Rows::Dead,
-        dry_run: args.preview.dry_run,
+        dry_run: args.change.preview.dry_run,
         confirm: None,
-        json: args.output.json,
+        json: args.change.output.json,
         batch_size: args.batch_size,
         dry_detail: format!(
             ", due {}, attempts {}",

@@ -170,9 +170,9 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let spec = spec_of(&args)?;
     let ids = sorted_ids(&args.ids);
-    let json = args.output.json;
+    let json = args.change.output.json;
     let audit = Audit {
-        actor: config::actor(&args.audit)?,
+        actor: config::actor(&args.change.audit)?,
         reason: args.reason.clone(),
     };
     let mut conn = db::conn_migrated_through(&cfg, db::migrate::EDIT_SCHEMA).await?;
@@ -189,10 +189,10 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
 
     let refused = peek_refusals(&mut conn, &ids, |s| edit_refusal(s, spec.requeue)).await?;
     if !refused.is_empty() {
-        return Err(refuse(&refused, args.preview.dry_run)?);
+        return Err(refuse(&refused, args.change.preview.dry_run)?);
     }
     let what = output::plural(ids.len() as u64, "event", "events");
-    if args.preview.dry_run {
+    if args.change.preview.dry_run {
         let previews = db::events::preview_edit(&mut conn, &ids, &spec).await?;
         if json {
             output::print_json(&EditReport {
@@ -215,7 +215,7 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
     }
     if ids.len() > 1
         && !crate::confirm::confirm(
-            args.confirm.yes,
+            args.change.confirm.yes,
             &format!("edit {what} ({})?", id_list(&ids)),
         )?
     {

@@ -120,8 +120,8 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
         &[EventState::Ready, EventState::Scheduled, EventState::Dead]
     };
     if let Some(target) = by_filter(
-        &args.ids,
-        &args.filter,
+        &args.target.ids,
+        &args.target.filter,
         &args.state,
         cancellable,
         |s| match s {
@@ -133,9 +133,9 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     )? {
         return cancel_by_filter(args, target).await;
     }
-    let ids = sorted_ids(&args.ids);
-    let json = args.output.json;
-    let (mut conn, audit) = connect(&args.db, &args.audit).await?;
+    let ids = sorted_ids(&args.target.ids);
+    let json = args.change.output.json;
+    let (mut conn, audit) = connect(&args.db, &args.change.audit).await?;
     let report = |cancelled: &[i64], refused: &[Refusal], dry_run: bool| -> anyhow::Result<()> {
         if json {
             output::print_json(&CancelReport {
@@ -149,11 +149,11 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
 
     let refused = peek_refusals(&mut conn, &ids, |s| cancel_refusal(s, args.force)).await?;
     if !refused.is_empty() {
-        report(&[], &refused, args.preview.dry_run)?;
+        report(&[], &refused, args.change.preview.dry_run)?;
         return Err(refusal_error("cancel", &refused).into());
     }
     let what = output::plural(ids.len() as u64, "event", "events");
-    if args.preview.dry_run {
+    if args.change.preview.dry_run {
         report(&ids, &[], true)?;
         if !json {
             output::print_summary(format_args!(
@@ -164,7 +164,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
         return Ok(OK);
     }
     if !crate::confirm::confirm(
-        args.confirm.yes,
+        args.change.confirm.yes,
         &format!("cancel (delete) {what} ({})?", id_list(&ids)),
     )? {
         output::eprint_line("aborted; nothing was changed");
@@ -213,8 +213,8 @@ struct RescheduleReport<'a> {
 async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
     let delay_micros = delay_micros(args.delay)?;
     if let Some(target) = by_filter(
-        &args.ids,
-        &args.filter,
+        &args.target.ids,
+        &args.target.filter,
         &args.state,
         &[EventState::Ready, EventState::Scheduled],
         |s| match s {
@@ -225,9 +225,9 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
     )? {
         return reschedule_by_filter(args, target, delay_micros).await;
     }
-    let ids = sorted_ids(&args.ids);
-    let json = args.output.json;
-    let (mut conn, audit) = connect(&args.db, &args.audit).await?;
+    let ids = sorted_ids(&args.target.ids);
+    let json = args.change.output.json;
+    let (mut conn, audit) = connect(&args.db, &args.change.audit).await?;
     let report = |moved: &[Moved], refused: &[Refusal], dry_run: bool| -> anyhow::Result<()> {
         if json {
             output::print_json(&RescheduleReport {
@@ -246,11 +246,11 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
 
     let refused = peek_refusals(&mut conn, &ids, reschedule_refusal).await?;
     if !refused.is_empty() {
-        report(&[], &refused, args.preview.dry_run)?;
+        report(&[], &refused, args.change.preview.dry_run)?;
         return Err(refusal_error("reschedule", &refused).into());
     }
     let what = output::plural(ids.len() as u64, "event", "events");
-    if args.preview.dry_run {
+    if args.change.preview.dry_run {
         let would: Vec<Moved> = ids
             .iter()
             .map(|id| Moved {
@@ -416,14 +416,14 @@ fn plan(words: batch::Words, dry_run: bool, yes: bool, json: bool, size: u32) ->
 
 async fn cancel_by_filter(args: CancelArgs, target: ByFilter) -> anyhow::Result<u8> {
     let (mut conn, ids, audit) =
-        select_by_filter(&args.db, &args.audit, &target, args.limit).await?;
+        select_by_filter(&args.db, &args.change.audit, &target, args.limit).await?;
     let states = &target.states;
     batch::run(
         &plan(
             CANCEL,
-            args.preview.dry_run,
-            args.confirm.yes,
-            args.output.json,
+            args.change.preview.dry_run,
+            args.change.confirm.yes,
+            args.change.output.json,
             args.batch_size,
         ),
         &db::Pin::default(),
@@ -444,15 +444,15 @@ async fn reschedule_by_filter(
     delay_micros: i64,
 ) -> anyhow::Result<u8> {
     let (mut conn, ids, audit) =
-        select_by_filter(&args.db, &args.audit, &target, args.limit).await?;
+        select_by_filter(&args.db, &args.change.audit, &target, args.limit).await?;
     let states = &target.states;
     let due = Cell::new(None);
     batch::run(
         &plan(
             RESCHEDULE,
-            args.preview.dry_run,
-            args.confirm.yes,
-            args.output.json,
+            args.change.preview.dry_run,
+            args.change.confirm.yes,
+            args.change.output.json,
             args.batch_size,
         ),
         &db::Pin::default(),
