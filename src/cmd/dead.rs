@@ -49,9 +49,7 @@ async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
 
 async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    let mut conn = pool.acquire().await?;
-    let event = view::get(&mut conn, args.id, cfg.schema.name()).await?;
+    let (mut conn, event) = view::open(&cfg, args.id).await?;
     if event.state != EventState::Dead {
         return Err(CodedError::usage(format!(
             "event {} is {}, not dead-lettered; see it with `outboxctl events show {}`",

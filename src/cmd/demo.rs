@@ -111,7 +111,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
     let relay = Relay {
         pool: db::pool(cfg, 2).await?,
         pin: db::Pin::default(),
-        sink: std::sync::Arc::new(crate::sink::stdout::StdoutSink::new()),
+        sink: std::sync::Arc::new(crate::sink::stdout::sink()),
         cfg: RelayConfig {
             mode: Mode::Tx,
             batch_size: 100,

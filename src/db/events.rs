@@ -370,19 +370,7 @@ pub async fn get(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<EventR
 
 /// The current state of each of `ids` that exists (no locks taken).
 pub async fn states(conn: &mut PgConnection, ids: &[i64]) -> sqlx::Result<Vec<(i64, EventState)>> {
-    let rows: Vec<(i64, String)> = sqlx::query_as(&format!(
-        "SELECT id, {STATE_SQL} FROM outbox WHERE id = ANY($1) ORDER BY id"
-    ))
-    .bind(ids)
-    .fetch_all(conn)
-    .await?;
-    rows.into_iter()
-        .map(|(id, s)| {
-            EventState::try_from(s)
-                .map(|st| (id, st))
-                .map_err(|e| sqlx::Error::Decode(e.into()))
-        })
-        .collect()
+    states_of(conn, ids, "").await
 }
 
 /// Locks those of `ids` that no one else has locked (FOR UPDATE SKIP LOCKED) and returns their
@@ -392,8 +380,18 @@ pub async fn lock_states(
     conn: &mut PgConnection,
     ids: &[i64],
 ) -> sqlx::Result<Vec<(i64, EventState)>> {
+    states_of(conn, ids, " FOR UPDATE SKIP LOCKED").await
+}
+
+/// [`states`] and [`lock_states`]: the state of each of `ids` that exists, in id order, with
+/// `locking` (a locking clause, or nothing) after the query.
+async fn states_of(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    locking: &str,
+) -> sqlx::Result<Vec<(i64, EventState)>> {
     let rows: Vec<(i64, String)> = sqlx::query_as(&format!(
-        "SELECT id, {STATE_SQL} FROM outbox WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED"
+        "SELECT id, {STATE_SQL} FROM outbox WHERE id = ANY($1) ORDER BY id{locking}"
     ))
     .bind(ids)
     .fetch_all(conn)

@@ -6,8 +6,10 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use sqlx::PgConnection;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, Postgres};
 
+use crate::config::DbConfig;
 use crate::db::audit::AuditRecord;
 
 use crate::db::dead::RequeueRecord;
@@ -327,9 +329,10 @@ pub fn audit_line(a: &AuditRecord) -> String {
         v.as_ref().and_then(|v| v.member(k))
     };
     let when = |v: Option<JsonText>| v.and_then(|v| v.as_value::<Option<Timestamp>>()).flatten();
-    let what = match a.action.as_str() {
-        "requeue" => format!(
-            "was dead since {} after {}; due {}{}",
+    // What a requeue (or an edit with --requeue) brought back: "was dead since ... after N attempts".
+    let was_dead = || {
+        format!(
+            "was dead since {} after {}",
             time(when(field(&a.previous, "dead_lettered_at"))),
             output::plural(
                 field(&a.previous, "attempt_count")
@@ -337,7 +340,13 @@ pub fn audit_line(a: &AuditRecord) -> String {
                     .unwrap_or(0),
                 "attempt",
                 "attempts"
-            ),
+            )
+        )
+    };
+    let what = match a.action.as_str() {
+        "requeue" => format!(
+            "{}; due {}{}",
+            was_dead(),
             time(when(field(&a.details, "available_at"))),
             if field(&a.details, "kept_attempts").and_then(|v| v.as_value::<bool>()) == Some(true) {
                 ", attempts kept"
@@ -367,17 +376,7 @@ pub fn audit_line(a: &AuditRecord) -> String {
                 format!("changed {}", changed.join(", "))
             };
             if field(&a.details, "requeued").and_then(|v| v.as_value::<bool>()) == Some(true) {
-                s.push_str(&format!(
-                    "; requeued (was dead since {} after {})",
-                    time(when(field(&a.previous, "dead_lettered_at"))),
-                    output::plural(
-                        field(&a.previous, "attempt_count")
-                            .and_then(|v| v.as_value::<u64>())
-                            .unwrap_or(0),
-                        "attempt",
-                        "attempts"
-                    )
-                ));
+                s.push_str(&format!("; requeued ({})", was_dead()));
             }
             s
         }
@@ -403,6 +402,14 @@ pub fn no_such_event(id: i64, schema: &str) -> CodedError {
 }
 
 /// Event `id`, or the error saying it does not exist ([`missing`]).
+/// What `events show` and `dead show` start with: a connection and the event `id`.
+pub async fn open(cfg: &DbConfig, id: i64) -> anyhow::Result<(PoolConnection<Postgres>, EventRow)> {
+    let pool = db::pool_migrated(cfg, 1).await?;
+    let mut conn = pool.acquire().await?;
+    let event = get(&mut conn, id, cfg.schema.name()).await?;
+    Ok((conn, event))
+}
+
 pub async fn get(conn: &mut PgConnection, id: i64, schema: &str) -> anyhow::Result<EventRow> {
     match db::events::get(conn, id).await? {
         Some(event) => Ok(event),

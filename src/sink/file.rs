@@ -8,16 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::local::{Target, Writer};
-use super::{write_envelope, Event, Outcome, PublishCtl, Sink};
-
-/// How long a SIGHUP waits for the batch being written before it reports the reopen as late.
-const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-pub struct FileSink {
-    path: PathBuf,
-    writer: Writer,
-}
+use super::local::{LocalSink, Target};
 
 struct Appender {
     file: File,
@@ -73,46 +64,15 @@ fn open_append(path: &std::path::Path) -> std::io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
-impl FileSink {
-    pub fn open(path: &str) -> std::io::Result<Self> {
-        let path = PathBuf::from(path);
-        let file = open_append(&path)?;
-        Ok(Self {
-            writer: Writer::spawn(Appender {
-                file,
-                path: path.clone(),
-                before: None,
-            }),
-            path,
-        })
-    }
-}
-
-#[async_trait::async_trait]
-impl Sink for FileSink {
-    async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
-        let mut buf = Vec::with_capacity(events.len() * 256);
-        for e in events {
-            write_envelope(e, &mut buf);
-            buf.push(b'\n');
-        }
-        let outcome = self.writer.write(buf, events.len(), ctl.timeout).await;
-        vec![outcome; events.len()]
-    }
-
-    fn default_pipeline_depth(&self) -> u32 {
-        1
-    }
-
-    fn batch_within_one_timeout(&self) -> bool {
-        true
-    }
-
-    async fn reopen(&self) -> Option<std::io::Result<()>> {
-        Some(self.writer.reopen(REOPEN_WAIT).await)
-    }
-
-    fn describe(&self) -> String {
-        format!("file:{}", self.path.display())
-    }
+/// The file sink, appending to `path`.
+pub fn open(path: &str) -> std::io::Result<LocalSink> {
+    let path = PathBuf::from(path);
+    let file = open_append(&path)?;
+    let name = format!("file:{}", path.display());
+    let appender = Appender {
+        file,
+        path,
+        before: None,
+    };
+    Ok(LocalSink::new(appender, name, true))
 }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-use super::{Outcome, SinkError};
+use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
 
 /// Where a [`Writer`] writes: one batch at a time, whole or not at all where it can.
 pub trait Target: Send + 'static {
@@ -38,6 +38,60 @@ enum Job {
     Reopen {
         done: tokio::sync::oneshot::Sender<io::Result<()>>,
     },
+}
+
+/// How long a SIGHUP waits for the batch being written before it reports the reopen as late.
+const REOPEN_WAIT: Duration = Duration::from_secs(10);
+
+/// The stdout and file sinks: one JSON line per event, each batch written whole by a [`Writer`].
+pub struct LocalSink {
+    writer: Writer,
+    /// What [`Sink::describe`] says: `stdout`, `file:PATH`.
+    name: String,
+    /// Whether SIGHUP reopens the target (a file, for logrotate).
+    reopens: bool,
+}
+
+impl LocalSink {
+    pub fn new(target: impl Target, name: String, reopens: bool) -> Self {
+        Self {
+            writer: Writer::spawn(target),
+            name,
+            reopens,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for LocalSink {
+    async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
+        let mut buf = Vec::with_capacity(events.len() * 256);
+        for e in events {
+            write_envelope(e, &mut buf);
+            buf.push(b'\n');
+        }
+        let outcome = self.writer.write(buf, events.len(), ctl.timeout).await;
+        vec![outcome; events.len()]
+    }
+
+    fn default_pipeline_depth(&self) -> u32 {
+        1
+    }
+
+    fn batch_within_one_timeout(&self) -> bool {
+        true
+    }
+
+    async fn reopen(&self) -> Option<io::Result<()>> {
+        if !self.reopens {
+            return None;
+        }
+        Some(self.writer.reopen(REOPEN_WAIT).await)
+    }
+
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
 }
 
 /// A target behind its own thread.

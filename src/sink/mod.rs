@@ -523,7 +523,7 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
                     "--sink stdout: stdout is /dev/null (or was closed, which reads the same), so every event would be marked published and thrown away; use --sink null to discard events on purpose, or give stdout a pipe or a file",
                 ));
             }
-            Arc::new(stdout::StdoutSink::new())
+            Arc::new(stdout::sink())
         }
         Scheme::Null => Arc::new(memory::NullSink),
         Scheme::File => {
@@ -533,7 +533,7 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
                     "invalid --sink `file:`: give a path, e.g. file:/var/log/outbox.jsonl",
                 ));
             }
-            Arc::new(file::FileSink::open(path).map_err(|e| {
+            Arc::new(file::open(path).map_err(|e| {
                 CodedError::usage(format!(
                     "invalid --sink: cannot open {path} for appending: {e}"
                 ))

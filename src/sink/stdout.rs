@@ -4,12 +4,7 @@
 
 use std::io::Write;
 
-use super::local::{Target, Writer};
-use super::{write_envelope, Event, Outcome, PublishCtl, Sink};
-
-pub struct StdoutSink {
-    writer: Writer,
-}
+use super::local::{LocalSink, Target};
 
 /// The process's stdout, unbuffered (a dup of fd 1, so no lock of `std::io::stdout` is held by a
 /// thread blocked in write). `None` when there is no stdout at all (started with `>&-`): the
@@ -31,18 +26,15 @@ impl Target for Stdout {
     }
 }
 
-impl StdoutSink {
-    pub fn new() -> Self {
-        use std::os::fd::AsFd;
-        let file = std::io::stdout()
-            .as_fd()
-            .try_clone_to_owned()
-            .map(std::fs::File::from)
-            .ok();
-        Self {
-            writer: Writer::spawn(Stdout(file)),
-        }
-    }
+/// The stdout sink.
+pub fn sink() -> LocalSink {
+    use std::os::fd::AsFd;
+    let file = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .ok();
+    LocalSink::new(Stdout(file), "stdout".into(), false)
 }
 
 /// Whether fd 1 is `/dev/null`: started with `>/dev/null`, or with stdout closed (`>&-`), which
@@ -61,35 +53,4 @@ pub fn is_dev_null() -> bool {
         return false;
     };
     ours.file_type().is_char_device() && ours.rdev() == null.rdev()
-}
-
-impl Default for StdoutSink {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait::async_trait]
-impl Sink for StdoutSink {
-    async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
-        let mut buf = Vec::with_capacity(events.len() * 256);
-        for e in events {
-            write_envelope(e, &mut buf);
-            buf.push(b'\n');
-        }
-        let outcome = self.writer.write(buf, events.len(), ctl.timeout).await;
-        vec![outcome; events.len()]
-    }
-
-    fn default_pipeline_depth(&self) -> u32 {
-        1
-    }
-
-    fn batch_within_one_timeout(&self) -> bool {
-        true
-    }
-
-    fn describe(&self) -> String {
-        "stdout".into()
-    }
 }

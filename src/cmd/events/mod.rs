@@ -93,9 +93,7 @@ async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
 
 async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    let mut conn = pool.acquire().await?;
-    let event = view::get(&mut conn, args.id, cfg.schema.name()).await?;
+    let (mut conn, event) = view::open(&cfg, args.id).await?;
     view::show(&mut conn, &event, args.output.json).await?;
     Ok(OK)
 }

@@ -190,7 +190,7 @@ async fn pg_terminate_backend_of_every_relay_backend_repeatedly() {
         // perhaps but not committed: at most its pipeline depth of batches (the file sink's
         // default, 1) per relay per round that terminated something.
         let depth = outboxctl::sink::Sink::default_pipeline_depth(
-            &outboxctl::sink::file::FileSink::open(&paths[0].display().to_string()).unwrap(),
+            &outboxctl::sink::file::open(&paths[0].display().to_string()).unwrap(),
         ) as usize;
         let bound = if mode == "lease" {
             0
@@ -259,7 +259,7 @@ async fn postgres_restart_during_a_drain() {
         // restart rolls back each relay's open claims, at most its pipeline depth of batches (the
         // file sink's default, 1).
         let depth = outboxctl::sink::Sink::default_pipeline_depth(
-            &outboxctl::sink::file::FileSink::open(&paths[0].display().to_string()).unwrap(),
+            &outboxctl::sink::file::open(&paths[0].display().to_string()).unwrap(),
         ) as usize;
         let bound = if mode == "lease" {
             0
