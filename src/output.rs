@@ -249,6 +249,15 @@ pub fn color_wanted(is_tty: bool, no_color: bool, term: Option<&str>) -> bool {
     is_tty && !no_color && term != Some("dumb")
 }
 
+/// "1, 2, 3": the items, comma-separated.
+pub fn comma_list<T: std::fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// "1 event", "2 events".
 pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })

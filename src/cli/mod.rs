@@ -40,8 +40,8 @@ pub use grants::{GrantsArgs, GrantsFor};
 pub use migrate::MigrateArgs;
 pub use nagios::is_nagios_check;
 pub use ordering::{
-    OnDeadArg, OrderingArgs, OrderingCommand, OrderingDisableArgs, OrderingEnableArgs,
-    OrderingReasonArgs, OrderingSkipArgs, OrderingStatusArgs, OrderingTypesArgs,
+    OnDeadArg, OrderingArgs, OrderingChangeArgs, OrderingCommand, OrderingDisableArgs,
+    OrderingEnableArgs, OrderingSkipArgs, OrderingStatusArgs, OrderingTypesArgs,
 };
 pub use prune::PruneArgs;
 pub use publish::PublishArgs;

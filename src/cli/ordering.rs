@@ -59,13 +59,7 @@ pub struct OrderingEnableArgs {
     pub on_dead: OnDeadArg,
 
     #[command(flatten)]
-    pub why: OrderingReasonArgs,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub change: OrderingChangeArgs,
 }
 
 /// Switch ordered delivery off, for the named aggregate types or (without --aggregate-type)
@@ -86,13 +80,7 @@ pub struct OrderingDisableArgs {
     pub types: OrderingTypesArgs,
 
     #[command(flatten)]
-    pub why: OrderingReasonArgs,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub change: OrderingChangeArgs,
 }
 
 /// The aggregate types `ordering enable` and `disable` act on. `disable` says in its own help
@@ -109,12 +97,19 @@ pub struct OrderingTypesArgs {
     pub aggregate_types: Vec<String>,
 }
 
-/// Why the switch changed, for the audit trail (the skip's reason has a variable of its own).
+/// What `ordering enable` and `disable` take last: why the switch changed and who changed it, for
+/// the audit trail (the skip's reason has a variable of its own), and the output format.
 #[derive(Debug, Args)]
-pub struct OrderingReasonArgs {
+pub struct OrderingChangeArgs {
     /// Why, recorded in the audit table.
     #[arg(long, env = "OUTBOXCTL_ORDERING_REASON", value_name = "TEXT")]
     pub reason: Option<String>,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Which aggregate types are ordered, their --on-dead, and how many keys are blocked.

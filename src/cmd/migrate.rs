@@ -74,11 +74,7 @@ async fn check(conn: &mut sqlx::PgConnection, cfg: &DbConfig, json: bool) -> any
         })?;
         return Ok(code);
     }
-    let list = pending
-        .iter()
-        .map(|v| v.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = crate::output::comma_list(&pending);
     match code {
         crate::exit::OK => output::print_summary(format_args!(
             "schema `{name}` is up to date ({})",

@@ -5,8 +5,8 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::cli::{
-    OnDeadArg, OrderingArgs, OrderingCommand, OrderingDisableArgs, OrderingEnableArgs,
-    OrderingSkipArgs, OrderingStatusArgs,
+    OnDeadArg, OrderingArgs, OrderingChangeArgs, OrderingCommand, OrderingDisableArgs,
+    OrderingEnableArgs, OrderingSkipArgs, OrderingStatusArgs,
 };
 use crate::config::{self, DbConfig};
 use crate::db::{self, audit::Audit, migrate::ORDERING_SCHEMA, ordering as sql};
@@ -161,11 +161,8 @@ async fn enable(args: OrderingEnableArgs) -> anyhow::Result<u8> {
         OnDeadArg::Block => sql::OnDead::Block,
         OnDeadArg::Skip => sql::OnDead::Skip,
     };
-    let audit = Audit {
-        actor: config::actor(&args.audit)?,
-        reason: reason(args.why.reason.as_deref())?,
-    };
-    let json = args.output.json;
+    let audit = switch_audit(&args.change)?;
+    let json = args.change.output.json;
     let pool = db::pool_migrated(&cfg, 3).await?;
     db::ensure_migrated_through(&pool, &cfg, ORDERING_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
@@ -184,10 +181,7 @@ async fn enable(args: OrderingEnableArgs) -> anyhow::Result<u8> {
 async fn disable(args: OrderingDisableArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let types = types(&args.types.aggregate_types)?;
-    let audit = Audit {
-        actor: config::actor(&args.audit)?,
-        reason: reason(args.why.reason.as_deref())?,
-    };
+    let audit = switch_audit(&args.change)?;
     let pool = db::pool_migrated(&cfg, 1).await?;
     db::ensure_migrated_through(&pool, &cfg, ORDERING_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
@@ -212,7 +206,15 @@ async fn disable(args: OrderingDisableArgs) -> anyhow::Result<u8> {
         Ok((index, changed))
     })
     .await?;
-    report(false, changed, index, args.output.json, None)
+    report(false, changed, index, args.change.output.json, None)
+}
+
+/// The audit of an `ordering enable` or `disable`.
+fn switch_audit(args: &OrderingChangeArgs) -> anyhow::Result<Audit> {
+    Ok(Audit {
+        actor: config::actor(&args.audit)?,
+        reason: reason(args.reason.as_deref())?,
+    })
 }
 
 fn report(

@@ -620,11 +620,7 @@ pub async fn ensure_migrated_through<'a>(
         );
     }
     if !missing.is_empty() {
-        let list = missing
-            .iter()
-            .map(|v| v.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = crate::output::comma_list(&missing);
         let why = if missing.contains(&1) {
             " (its outbox table was created outside outboxctl, e.g. by the application from seed 000; `migrate` adopts it)"
         } else {

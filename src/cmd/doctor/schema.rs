@@ -38,11 +38,7 @@ pub(super) fn migrations_check(m: &[db::migrate::MigrationStatus], schema: &str)
         );
     }
     if !pending.is_empty() {
-        let list = pending
-            .iter()
-            .map(|v| v.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = crate::output::comma_list(&pending);
         return check(
             "migrations",
             Status::Fail,
