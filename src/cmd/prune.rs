@@ -433,6 +433,21 @@ fn should_stop(
     }
 }
 
+/// One batch of a table walked from `from`: `delete`, given where to start, through the pin; then
+/// `from` moves on to where the next batch starts (it stays when nothing was deleted). Returns the
+/// rows deleted.
+async fn walk<K: Clone>(
+    pin: &db::Pin,
+    conn: &mut PgConnection,
+    from: &mut Option<K>,
+    delete: impl AsyncFnOnce(&mut PgConnection, Option<K>) -> sqlx::Result<db::prune::Batch<K>>,
+) -> anyhow::Result<u64> {
+    let start = from.clone();
+    let b = pin.run(conn, async |c| delete(c, start).await).await?;
+    *from = b.next.or(from.take());
+    Ok(b.deleted)
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn prune_locked(
     pin: &db::Pin,
@@ -492,41 +507,28 @@ async fn prune_locked(
             let t0 = Instant::now();
             let deleted = match target {
                 Target::Published => {
-                    let b = pin
-                        .run(conn, async |c| {
-                            db::prune::delete_published(c, *cutoff, from_time, n, audit).await
-                        })
-                        .await?;
-                    from_time = b.next.or(from_time);
-                    b.deleted
+                    walk(pin, conn, &mut from_time, async |c, from| {
+                        db::prune::delete_published(c, *cutoff, from, n, audit).await
+                    })
+                    .await?
                 }
                 Target::Dead => {
-                    let b = pin
-                        .run(conn, async |c| {
-                            db::prune::delete_dead(c, *cutoff, from_time, n, audit).await
-                        })
-                        .await?;
-                    from_time = b.next.or(from_time);
-                    b.deleted
+                    walk(pin, conn, &mut from_time, async |c, from| {
+                        db::prune::delete_dead(c, *cutoff, from, n, audit).await
+                    })
+                    .await?
                 }
                 Target::Processed => {
-                    let from = from_tid.clone();
-                    let b = pin
-                        .run(conn, async |c| {
-                            db::prune::delete_processed(c, *cutoff, from, n, audit).await
-                        })
-                        .await?;
-                    from_tid = b.next.or(from_tid);
-                    b.deleted
+                    walk(pin, conn, &mut from_tid, async |c, from| {
+                        db::prune::delete_processed(c, *cutoff, from, n, audit).await
+                    })
+                    .await?
                 }
                 Target::Audit => {
-                    let b = pin
-                        .run(conn, async |c| {
-                            db::prune::delete_audit(c, *cutoff, from_id, n, audit).await
-                        })
-                        .await?;
-                    from_id = b.next.or(from_id);
-                    b.deleted
+                    walk(pin, conn, &mut from_id, async |c, from| {
+                        db::prune::delete_audit(c, *cutoff, from, n, audit).await
+                    })
+                    .await?
                 }
             };
             let took = t0.elapsed();

@@ -187,6 +187,14 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
         Ok(refusal_error("edit", refused).into())
     };
 
+    // `--json`: what was (or with --dry-run, would be) edited.
+    let print_edited = |previews: &[EditPreview], dry_run: bool| {
+        output::print_json(&EditReport {
+            dry_run,
+            edited: report_rows(previews, spec.requeue),
+            refused: &[],
+        })
+    };
     let refused = peek_refusals(&mut conn, &ids, |s| edit_refusal(s, spec.requeue)).await?;
     if !refused.is_empty() {
         return Err(refuse(&refused, args.change.preview.dry_run)?);
@@ -195,11 +203,7 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
     if args.change.preview.dry_run {
         let previews = db::events::preview_edit(&mut conn, &ids, &spec).await?;
         if json {
-            output::print_json(&EditReport {
-                dry_run: true,
-                edited: report_rows(&previews, spec.requeue),
-                refused: &[],
-            })?;
+            print_edited(&previews, true)?;
         } else {
             for p in &previews {
                 output::print_line(output::escape_lines(
@@ -239,11 +243,7 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
     }
     tx.commit().await?;
     if json {
-        output::print_json(&EditReport {
-            dry_run: false,
-            edited: report_rows(&previews, spec.requeue),
-            refused: &[],
-        })?;
+        print_edited(&previews, false)?;
     } else {
         let unchanged = previews.iter().filter(|p| !changed(p)).count() as u64;
         let mut line = format!(
