@@ -161,17 +161,12 @@ pub async fn once(
 /// saved, an older schema, or the database not answering yet: the first claim will say so) the
 /// run starts at the start, as it always may.
 async fn resume_floor(relay: &Relay) {
-    let Ok(mut conn) = relay.pool.acquire().await else {
+    let Ok(mut conn) = relay.db.hold().await else {
         return;
     };
-    let loaded = relay
-        .pin
-        .run(&mut conn, async |c| crate::db::floor::load(c).await)
-        .await;
-    match loaded {
+    match conn.run(async |c| crate::db::floor::load(c).await).await {
         Ok(saved) => relay.start.resume(saved),
         Err(e) => {
-            crate::db::discard_if_broken(&mut conn, &e);
             tracing::debug!("the saved claim floor was not read: {e}");
         }
     }
@@ -183,15 +178,13 @@ async fn save_floor(relay: &Relay) {
     let Some(floor) = relay.start.to_save() else {
         return;
     };
-    let Ok(mut conn) = relay.pool.acquire().await else {
+    let Ok(mut conn) = relay.db.hold().await else {
         return;
     };
-    let saved = relay
-        .pin
-        .run(&mut conn, async |c| crate::db::floor::save(c, &floor).await)
+    let saved = conn
+        .run(async |c| crate::db::floor::save(c, &floor).await)
         .await;
     if let Err(e) = saved {
-        crate::db::discard_if_broken(&mut conn, &e);
         tracing::warn!("the claim floor was not saved for the next run: {e}");
     }
 }
@@ -345,7 +338,7 @@ pub async fn daemon(
         // LISTEN before looking for work, so an insert committed after the claim still wakes us.
         // Not through a transaction-pooling proxy: its server connection (and the LISTEN on
         // it) goes to another client after each transaction; the poll interval stands in.
-        if listener.is_none() && !relay.pin.is_pinned() {
+        if listener.is_none() && !relay.db.is_pinned() {
             listener = listen(relay, &settings.channel).await;
         }
         let room = if circuit.is_some() { 1 } else { depth };
@@ -433,16 +426,12 @@ async fn idle(
     next_beat: tokio::time::Instant,
     shutdown: &CancellationToken,
 ) {
-    let due = match relay.pool.acquire().await {
-        Ok(mut conn) => relay
-            .pin
-            .run(&mut conn, async |c| crate::db::relay::next_due_in(c).await)
-            .await
-            .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
-            .ok()
-            .flatten(),
-        Err(_) => None,
-    };
+    let due = relay
+        .db
+        .run(async |c| crate::db::relay::next_due_in(c).await)
+        .await
+        .ok()
+        .flatten();
     let mut wait = wait_time(due, claimed_none, settings.poll_interval);
     if claimed_none && relay.ordering.is_active() {
         // Rows of ordered keys behind a leased, backing-off or blocked head are due but not
@@ -555,16 +544,12 @@ impl Circuit {
 
 /// Logs the heartbeat: the outbox's backlog (one query) and what the relay did since the last.
 async fn heartbeat(relay: &Relay, since: &Report, interval: Duration) {
-    let figures = async {
-        let mut conn = relay.pool.acquire().await?;
-        relay
-            .pin
-            .run(&mut conn, async |c| crate::db::relay::backlog(c).await)
-            .await
-            .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
-    };
+    let figures = relay
+        .db
+        .run(async |c| crate::db::relay::backlog(c).await)
+        .await;
     RelayEvent::Heartbeat(Heartbeat {
-        figures: figures.await.map_err(|e| e.to_string()),
+        figures: figures.map_err(|e| e.to_string()),
         interval,
         published: since.published,
         retried: since.retried,
@@ -606,7 +591,7 @@ async fn recv(listener: &mut Option<PgListener>) -> bool {
 }
 
 async fn listen(relay: &Relay, channel: &str) -> Option<PgListener> {
-    let mut l = match PgListener::connect_with(&relay.pool).await {
+    let mut l = match PgListener::connect_with(relay.db.pool()).await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "cannot open the LISTEN connection; polling until it works");
