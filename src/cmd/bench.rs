@@ -365,14 +365,16 @@ async fn start_daemon(
     sink: Arc<ArrivalSink>,
 ) -> anyhow::Result<(CancellationToken, tokio::task::JoinHandle<()>)> {
     let relay = Relay {
-        pool: db::pool_for_relay(
-            cfg,
-            3 + crate::relay::PIPELINE_DEPTH,
-            true,
-            Duration::from_secs(30),
-        )
-        .await?,
-        pin: db::Pin::default(),
+        db: db::Session::new(
+            db::pool_for_relay(
+                cfg,
+                3 + crate::relay::PIPELINE_DEPTH,
+                true,
+                Duration::from_secs(30),
+            )
+            .await?,
+            db::Pin::default(),
+        ),
         sink,
         cfg: RelayConfig {
             mode: if args.mode == crate::cli::RelayMode::Lease {
@@ -408,7 +410,7 @@ async fn start_daemon(
     let t = token.clone();
     let handle = tokio::spawn(async move {
         crate::relay::daemon::daemon(&relay, &settings, &t).await;
-        relay.pool.close().await;
+        relay.db.close().await;
     });
     // Start producing only once the daemon LISTENs, or the first events wait for a poll tick.
     let mut conn = db::connect(cfg).await?;

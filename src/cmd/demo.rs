@@ -109,8 +109,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
     show_stats(&mut conn, &cfg.schema).await?;
 
     let relay = Relay {
-        pool: db::pool(cfg, 2).await?,
-        pin: db::Pin::default(),
+        db: db::Session::new(db::pool(cfg, 2).await?, db::Pin::default()),
         sink: std::sync::Arc::new(crate::sink::stdout::sink()),
         cfg: RelayConfig {
             mode: Mode::Tx,
@@ -143,7 +142,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
     let r = crate::relay::daemon::once(&relay, OnceLimits::default(), &never).await?;
     say(&format!("published {}", r.published));
     show_stats(&mut conn, &cfg.schema).await?;
-    relay.pool.close().await;
+    relay.db.close().await;
     Ok(())
 }
 

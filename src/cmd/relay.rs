@@ -80,12 +80,11 @@ pub async fn build(
     let pipeline_depth = args
         .pipeline_depth
         .unwrap_or_else(|| sink.default_pipeline_depth());
-    let pool =
-        db::pool_for_relay(&cfg, 3 + 2 * pipeline_depth, args.async_commit, args.lease).await?;
-    db::ensure_migrated(&pool, &cfg).await?;
+    let session =
+        db::Session::for_relay(&cfg, 3 + 2 * pipeline_depth, args.async_commit, args.lease).await?;
+    db::ensure_migrated(session.pool(), &cfg).await?;
     let relay = Relay {
-        pool,
-        pin: db::relay_pin(&cfg, args.async_commit, args.lease),
+        db: session,
         sink,
         cfg: RelayConfig {
             mode,
@@ -157,8 +156,7 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
             let state = crate::relay::endpoints::State::new(
                 prometheus,
                 Arc::clone(&health),
-                relay.pool.clone(),
-                relay.pin.clone(),
+                relay.db.clone(),
                 shutdown.clone(),
             );
             Some(crate::relay::endpoints::spawn(
@@ -208,7 +206,7 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
     if let Some(server) = server {
         let _ = server.await;
     }
-    relay.pool.close().await;
+    relay.db.close().await;
     let summary = Summary {
         sink: relay.sink.describe(),
         mode: relay.cfg.mode,

@@ -44,12 +44,14 @@ pub mod ordering;
 pub mod prune;
 pub mod publish;
 pub mod relay;
+pub mod session;
 pub mod stats;
 pub mod timestamp;
 
+pub use session::{pool_for_relay, relay_pin, Session};
+
 use std::sync::Arc;
 
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
@@ -280,7 +282,7 @@ pub async fn explain_privilege(err: anyhow::Error, grants_for: grants::Use) -> a
 
 /// Whether `err` means the connection itself is gone (server restart, `pg_terminate_backend`, a
 /// network cut), as opposed to a statement failing on a healthy session. Such a connection must
-/// not go back to the pool: see [`discard_if_broken`].
+/// not go back to the pool: see [`session::discard_if_broken`].
 pub fn is_connection_lost(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) => true,
@@ -291,38 +293,6 @@ pub fn is_connection_lost(err: &sqlx::Error) -> bool {
         }
         _ => false,
     }
-}
-
-/// Marks a pooled connection whose statement failed with `err` to be closed instead of returned
-/// to the pool, when `err` says the connection is gone; a healthy one goes back as usual.
-pub fn discard_if_broken(conn: &mut PoolConnection<Postgres>, err: &sqlx::Error) {
-    if is_connection_lost(err) {
-        conn.close_on_drop();
-    }
-}
-
-/// A pooled connection that has just answered a ping, for a retry after a connection broke.
-///
-/// The relay's pool hands out idle connections untested (`test_before_acquire(false)`: a ping
-/// per acquire would add a round trip to every statement of the hot path). After a server
-/// restart or `pg_terminate_backend` every idle connection may be dead, so a retry that took the
-/// next idle one would likely fail the same way. This pings each candidate and closes the dead
-/// ones, so the pool opens a fresh connection once the idle ones are used up.
-pub async fn acquire_live(pool: &PgPool) -> sqlx::Result<PoolConnection<Postgres>> {
-    // Every idle connection may be dead; one more acquire than the pool holds opens a new one.
-    let tries = pool.options().get_max_connections() + 1;
-    let mut last = None;
-    for _ in 0..tries {
-        let mut conn = pool.acquire().await?;
-        match conn.ping().await {
-            Ok(()) => return Ok(conn),
-            Err(e) => {
-                conn.close_on_drop();
-                last = Some(e);
-            }
-        }
-    }
-    Err(last.unwrap_or(sqlx::Error::PoolTimedOut))
 }
 
 fn connect_error(cfg: &DbConfig, err: impl std::fmt::Display) -> CodedError {
@@ -518,25 +488,6 @@ pub async fn conn_migrated_through(
     Ok(pool.acquire().await?)
 }
 
-/// The settings of a relay's sessions (see [`pool_for_relay`]), as (name, value).
-fn relay_settings(async_commit: bool, lease: std::time::Duration) -> Vec<(&'static str, String)> {
-    let idle_ms = lease.as_millis().max(1000);
-    vec![
-        ("idle_in_transaction_session_timeout", idle_ms.to_string()),
-        (
-            "synchronous_commit",
-            if async_commit { "off" } else { "on" }.to_owned(),
-        ),
-        ("enable_seqscan", "off".to_owned()),
-    ]
-}
-
-/// The relay's [`Pin`]: under transaction pooling its session settings ([`pool_for_relay`]) are
-/// set per transaction, never on the shared server connections.
-pub fn relay_pin(cfg: &DbConfig, async_commit: bool, lease: std::time::Duration) -> Pin {
-    Pin::new(cfg, &relay_settings(async_commit, lease))
-}
-
 /// Drops a schema and everything in it (the demo's and the benchmark's scratch schemas).
 pub async fn drop_schema(
     conn: &mut PgConnection,
@@ -634,54 +585,6 @@ pub async fn ensure_migrated_through<'a>(
     Ok(())
 }
 
-/// The relay's pool: sessions may commit asynchronously (a lost mark only re-publishes), and an
-/// idle-in-transaction timeout of one lease ends a hung tx-mode relay's row locks. Idle
-/// connections are not pinged on acquire (a round trip per statement on the hot path); after a
-/// connection breaks, the relay retries on one from [`acquire_live`] and closes the broken one
-/// ([`discard_if_broken`]).
-///
-/// Sequential scans are disabled for these sessions: every relay statement reaches its rows
-/// through an index or by TID, and the claims' plans are made once per connection and reused
-/// (see `relay::claim_sql`): a plan made while the table was empty would otherwise pick a Seq
-/// Scan for the claim's TID lookup and keep it, on a growing table, until the next vacuum.
-pub async fn pool_for_relay(
-    cfg: &DbConfig,
-    max: u32,
-    async_commit: bool,
-    lease: std::time::Duration,
-) -> Result<PgPool, CodedError> {
-    drop(connect(cfg).await?);
-    // Under transaction pooling these go into every transaction instead ([`relay_pin`]): a
-    // session SET would stay on a server connection other clients get next.
-    let mut sql: Vec<String> = match cfg.pooler {
-        Pooler::Transaction => Vec::new(),
-        _ => relay_settings(async_commit, lease)
-            .into_iter()
-            .map(|(name, value)| format!("SET {name} = {value}"))
-            .collect(),
-    };
-    if cfg.pooler == Pooler::Session {
-        sql.push(set_search_path_sql(cfg));
-    }
-    let sql = sql.join("; ");
-    Ok(PgPoolOptions::new()
-        .max_connections(max)
-        .min_connections(0)
-        .acquire_timeout(cfg.connect_timeout)
-        .test_before_acquire(false)
-        .after_connect(move |conn, _| {
-            let sql = sql.clone();
-            Box::pin(async move {
-                if !sql.is_empty() {
-                    use sqlx::Executor;
-                    conn.execute(sql.as_str()).await?;
-                }
-                Ok(())
-            })
-        })
-        .connect_lazy_with(cfg.options.clone()))
-}
-
 /// Whether some session LISTENs on `channel` (the bench waits for its daemon with this).
 pub async fn is_listening(conn: &mut PgConnection, channel: &str) -> sqlx::Result<bool> {
     sqlx::query_scalar(
@@ -718,7 +621,7 @@ mod tests {
         for direct in [Pooler::None, Pooler::Session] {
             assert!(!Pin::new(&cfg(direct), &[("a", "1".into())]).is_pinned());
         }
-        let pin = super::relay_pin(
+        let pin = super::session::relay_pin(
             &cfg(Pooler::Transaction),
             true,
             std::time::Duration::from_secs(30),

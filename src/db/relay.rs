@@ -579,6 +579,65 @@ pub async fn still_claimed(
         .await
 }
 
+/// What a lease-mode settle does to a batch's rows: published ones marked, failed ones retried
+/// later or dead-lettered, unpublished ones given back untouched. (Tx mode applies the same
+/// sorting inside its claim's transaction.)
+#[derive(Debug, Default)]
+pub struct Settle {
+    pub published: Vec<i64>,
+    pub failures: Vec<Failure>,
+    pub unpublished: Vec<i64>,
+}
+
+/// What a lease-mode settle changed: the ids marked published, the failures recorded, the rows
+/// given back.
+#[derive(Debug)]
+pub struct Settled {
+    pub marked: Vec<i64>,
+    pub failed: Vec<i64>,
+    pub released: u64,
+}
+
+/// Lease mode: the fenced settle of a batch ([`settle_published`], [`settle_failed`],
+/// [`release`]). `retry`: an earlier attempt may have gone through before its connection broke,
+/// so rows the statements did not change but that still carry `token` ([`still_claimed`]) count
+/// as settled, not lost.
+pub async fn settle_lease(
+    conn: &mut PgConnection,
+    s: &Settle,
+    token: Uuid,
+    retry: bool,
+) -> sqlx::Result<Settled> {
+    let mut marked = settle_published(conn, &s.published, token).await?;
+    let mut failed = settle_failed(conn, &s.failures, token).await?;
+    let released = release(conn, &s.unpublished, token).await?;
+    if retry {
+        let missing: Vec<i64> = s
+            .published
+            .iter()
+            .chain(s.failures.iter().map(|f| &f.id))
+            .filter(|id| !marked.contains(id) && !failed.contains(id))
+            .copied()
+            .collect();
+        let ours: std::collections::HashSet<i64> = still_claimed(conn, &missing, token)
+            .await?
+            .into_iter()
+            .collect();
+        marked.extend(s.published.iter().filter(|id| ours.contains(id)));
+        failed.extend(
+            s.failures
+                .iter()
+                .map(|f| f.id)
+                .filter(|id| ours.contains(id)),
+        );
+    }
+    Ok(Settled {
+        marked,
+        failed,
+        released,
+    })
+}
+
 /// Transaction mode: the committed `last_error` of `ids`, read on a connection other than the
 /// claiming transaction's (which cleared it): what [`unclaim_tx`] puts back.
 pub async fn committed_errors(

@@ -1,7 +1,11 @@
-//! The loops around [`Relay::step`]: `once` drains what is ready and returns; `daemon` runs until
-//! shutdown, sleeping between batches until a NOTIFY, the next delayed event's due time, or the
-//! poll tick, whichever comes first. Both finish a lease-mode settle that a broken connection
-//! interrupted ([`super::pipeline::step_settled`]) and emit what the step reports ([`RelayEvent`]).
+//! The loop around [`Relay::step`], in two configurations: `once` drains what is ready and
+//! returns; `daemon` runs until shutdown, sleeping between batches until a NOTIFY, the next delayed
+//! event's due time, or the poll tick, whichever comes first. One loop ([`run`]) keeps what both
+//! share in a small explicit state ([`Turn`]); what differs (when the run ends, how it waits,
+//! what it budgets, the heartbeat, LISTEN and the sink's circuit) is each configuration's
+//! ([`Flavour`]: [`OnceRun`], [`DaemonRun`]). Both finish a lease-mode settle that a broken
+//! connection interrupted ([`super::pipeline::step_settled`]) and emit what the step reports
+//! ([`RelayEvent`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{Heartbeat, RelayEvent, StepDone};
 use super::metrics::Health;
-use super::pipeline::{Next, Pipeline};
+use super::pipeline::{Next, Pipeline, Started};
 use super::step::MAX_PIPELINE_DEPTH;
 use super::{Backoff, Relay, Report, StepError};
 use crate::sink::SinkError;
@@ -50,128 +54,33 @@ pub async fn once(
     limits: OnceLimits,
     shutdown: &CancellationToken,
 ) -> Result<Report, StepError> {
-    let started = Instant::now();
     relay.start.run_once();
     resume_floor(relay).await;
-    let depth = depth(relay);
-    let mut pipe = Pipeline::new(relay, shutdown);
-    let mut total = Report::default();
-    let mut error_backoff = ErrorBackoff::default();
-    let mut failing: Option<(Instant, StepError)> = None;
-    // False once a claim came back short: nothing more is ready.
-    let mut more = true;
-    // A claim came back short beside other steps in flight: claim once more after them.
-    let mut recheck = false;
-    // The run ends once the steps in flight have: how.
-    let mut end: Option<Result<(), StepError>> = None;
-    // A transient error: once the steps in flight have ended, wait this long, then go on.
-    let mut retry_in: Option<Duration> = None;
-    loop {
-        while end.is_none() && retry_in.is_none() && more && pipe.len() < depth {
-            if !pipe.may_start_another() {
-                break;
-            }
-            if shutdown.is_cancelled() {
-                end = Some(Ok(()));
-                break;
-            }
-            if limits.max_duration.is_some_and(|d| started.elapsed() >= d) {
-                end = Some(failing.take().map_or(Ok(()), |(_, e)| Err(e)));
-                break;
-            }
-            // Split what is left of the budget between the steps in flight: never claim past it.
-            let remaining = limits
-                .max_events
-                .map(|m| m.saturating_sub(total.claimed + pipe.reserved()));
-            if remaining == Some(0) {
-                if pipe.is_empty() {
-                    end = Some(Ok(()));
-                }
-                break;
-            }
-            let limit = remaining.map_or(relay.cfg.batch_size, |r| {
-                r.min(u64::from(relay.cfg.batch_size)) as u32
-            });
-            pipe.start(limit, false);
-        }
-        let Some(next) = pipe.next().await else {
-            if let Some(end) = end {
-                return end.map(|()| total);
-            }
-            if let Some(wait) = retry_in.take() {
-                sleep_or_shutdown(wait, shutdown).await;
-                more = true;
-                continue;
-            }
-            if !more && !std::mem::take(&mut recheck) {
-                break;
-            }
-            more = true;
-            continue;
-        };
-        note_claim(&next, &mut more, &mut recheck);
-        match next {
-            Next::Claimed(..) => {}
-            Next::Done(step, _, Ok(r)) => {
-                failing = None;
-                error_backoff.reset();
-                emit_all(&r);
-                step_done(&r, step.at);
-                total.add(&r);
-                if r.sink_down.is_some() {
-                    // The sink could not take the batch (outage, closed or stalled consumer):
-                    // the rows were given back untouched; a cron run stops here rather than spin.
-                    end.get_or_insert(Ok(()));
-                }
-                // Rows given back unpublished (a slow sink ran out of lease time) are ready
-                // again at once.
-                if r.released > 0 {
-                    more = true;
-                }
-            }
-            Next::Done(_, _, Err(e)) if e.is_transient() => {
-                let since = failing.as_ref().map_or_else(Instant::now, |(t, _)| *t);
-                let left = limits.reconnect_for.saturating_sub(since.elapsed());
-                if left.is_zero() {
-                    RelayEvent::GaveUp {
-                        error: e.to_string(),
-                        after: since.elapsed(),
-                    }
-                    .emit();
-                    end = Some(Err(e));
-                    continue;
-                }
-                let wait = error_backoff.next().min(left);
-                step_failed(&e, wait);
-                failing = Some((since, e));
-                retry_in = Some(retry_in.map_or(wait, |w| w.max(wait)));
-            }
-            Next::Done(_, _, Err(e)) => {
-                if !matches!(end, Some(Err(_))) {
-                    end = Some(Err(e));
-                }
-            }
-        }
+    let mut flavour = OnceRun {
+        limits,
+        started: Instant::now(),
+        failing: None,
+    };
+    let ended = run(relay, &mut flavour, shutdown).await;
+    if let Some(e) = ended.error {
+        return Err(e);
     }
-    save_floor(relay).await;
-    Ok(total)
+    if ended.drained {
+        save_floor(relay).await;
+    }
+    Ok(ended.total)
 }
 
 /// Starts the run where the last one's claims reached ([`crate::db::floor`]). Without it (none
 /// saved, an older schema, or the database not answering yet: the first claim will say so) the
 /// run starts at the start, as it always may.
 async fn resume_floor(relay: &Relay) {
-    let Ok(mut conn) = relay.pool.acquire().await else {
+    let Ok(mut conn) = relay.db.hold().await else {
         return;
     };
-    let loaded = relay
-        .pin
-        .run(&mut conn, async |c| crate::db::floor::load(c).await)
-        .await;
-    match loaded {
+    match conn.run(async |c| crate::db::floor::load(c).await).await {
         Ok(saved) => relay.start.resume(saved),
         Err(e) => {
-            crate::db::discard_if_broken(&mut conn, &e);
             tracing::debug!("the saved claim floor was not read: {e}");
         }
     }
@@ -183,33 +92,14 @@ async fn save_floor(relay: &Relay) {
     let Some(floor) = relay.start.to_save() else {
         return;
     };
-    let Ok(mut conn) = relay.pool.acquire().await else {
+    let Ok(mut conn) = relay.db.hold().await else {
         return;
     };
-    let saved = relay
-        .pin
-        .run(&mut conn, async |c| crate::db::floor::save(c, &floor).await)
+    let saved = conn
+        .run(async |c| crate::db::floor::save(c, &floor).await)
         .await;
     if let Err(e) = saved {
-        crate::db::discard_if_broken(&mut conn, &e);
         tracing::warn!("the claim floor was not saved for the next run: {e}");
-    }
-}
-
-/// Takes in a claim's notice (also the one that comes with its step's end: a step that claimed
-/// nothing may end in the same poll as its claim). A short claim means nothing more is ready,
-/// unless it was started beside other steps: they may have held rows it had to skip (an ordered
-/// key's head, claimed by the step before), so `recheck` asks for one more claim after them.
-fn note_claim(next: &Next, more: &mut bool, recheck: &mut bool) {
-    let (step, n) = match next {
-        Next::Claimed(step, n) | Next::Done(step, Some(n), _) => (step, n),
-        Next::Done(_, None, _) => return,
-    };
-    if !n.full {
-        *more = false;
-        if step.beside {
-            *recheck = true;
-        }
     }
 }
 
@@ -283,144 +173,420 @@ pub async fn daemon(
     settings: &DaemonSettings,
     shutdown: &CancellationToken,
 ) -> Report {
+    let mut flavour = DaemonRun {
+        settings,
+        listener: None,
+        circuit: None,
+        last_beat: tokio::time::Instant::now(),
+        since_beat: Report::default(),
+        // A step ends by its lease (no publish outlives it; a broken settle is retried within
+        // it), plus the shutdown grace; Health's margin covers the statements around it.
+        step_bound: relay.cfg.lease + relay.cfg.shutdown_grace,
+    };
+    run(relay, &mut flavour, shutdown).await.total
+}
+
+/// What the loop keeps whichever its configuration.
+struct Turn {
+    total: Report,
+    backoff: ErrorBackoff,
+    /// False once a claim came back short: nothing more is ready (`once` ends, the daemon waits
+    /// for work).
+    more: bool,
+    /// A claim came back short beside other steps in flight: claim once more after them.
+    recheck: bool,
+    /// Whether the latest short claim took nothing.
+    claimed_none: bool,
+    /// Start no more steps; the run ends, so, once those in flight have.
+    end: Option<Result<(), StepError>>,
+    /// The sink is down or the database failed: wait this long once the steps in flight ended.
+    pause: Option<Duration>,
+}
+
+impl Turn {
+    fn pause_at_least(&mut self, wait: Duration) {
+        self.pause = Some(self.pause.map_or(wait, |p| p.max(wait)));
+    }
+
+    /// Takes in a claim's notice (also the one that comes with its step's end: a step that
+    /// claimed nothing may end in the same poll as its claim; a full one told nothing new there).
+    /// A short claim means nothing more is ready, unless it was started beside other steps: they
+    /// may have held rows it had to skip (an ordered key's head, claimed by the step before), so
+    /// `recheck` asks for one more claim after them.
+    fn note_claim(&mut self, next: &Next) {
+        let (step, n) = match next {
+            Next::Claimed(step, n) | Next::Done(step, Some(n), _) => (step, n),
+            Next::Done(_, None, _) => return,
+        };
+        if matches!(next, Next::Claimed(..)) || !n.full {
+            self.claimed_none = n.rows == 0;
+        }
+        if !n.full {
+            self.more = false;
+            if step.beside {
+                self.recheck = true;
+            }
+        }
+    }
+}
+
+/// How a run ended.
+struct Ended {
+    total: Report,
+    /// Nothing more was ready (`once`): not a limit, shutdown or the sink.
+    drained: bool,
+    error: Option<StepError>,
+}
+
+/// Where `once` and the daemon differ.
+trait Flavour {
+    /// Before each turn of the loop.
+    async fn upkeep(&mut self, _relay: &Relay) {}
+
+    /// Whether the run ends once nothing is in flight, besides what [`Turn::end`] says.
+    fn stopping(&self, _shutdown: &CancellationToken) -> bool {
+        false
+    }
+
+    /// Waits out [`Turn::pause`].
+    async fn pause(&mut self, wait: Duration, shutdown: &CancellationToken);
+
+    /// Nothing more is ready and nothing is in flight: waits for work and returns true, or
+    /// returns false to end the run, drained.
+    async fn wait_for_work(
+        &mut self,
+        relay: &Relay,
+        turn: &Turn,
+        shutdown: &CancellationToken,
+    ) -> bool;
+
+    /// Before steps are started (the daemon LISTENs).
+    async fn before_claims(&mut self, _relay: &Relay) {}
+
+    /// Steps in flight at most.
+    fn room(&self, depth: usize) -> usize {
+        depth
+    }
+
+    /// The limit of the next step and whether it is a probe, or `None` to start none now.
+    fn next_step(
+        &mut self,
+        relay: &Relay,
+        turn: &mut Turn,
+        pipe: &Pipeline<'_>,
+        shutdown: &CancellationToken,
+    ) -> Option<(u32, bool)>;
+
+    /// After a step's report was emitted and counted.
+    fn step_done(&mut self, relay: &Relay, turn: &mut Turn, step: Started, r: &Report);
+
+    /// A step failed.
+    fn step_failed(&mut self, turn: &mut Turn, e: StepError);
+}
+
+/// Up to `--pipeline-depth` steps in flight ([`Pipeline`]); whatever pauses or ends the run lets
+/// the steps in flight finish first.
+async fn run(relay: &Relay, flavour: &mut impl Flavour, shutdown: &CancellationToken) -> Ended {
     let depth = depth(relay);
     let mut pipe = Pipeline::new(relay, shutdown);
-    let mut total = Report::default();
-    let mut listener: Option<PgListener> = None;
-    let mut error_backoff = ErrorBackoff::default();
-    let mut last_beat = tokio::time::Instant::now();
-    let mut since_beat = Report::default();
-    let mut circuit: Option<Circuit> = None;
-    let health = &settings.health;
-    // False once a claim came back short: wait for work (a NOTIFY, a due time, the poll tick).
-    let mut more = true;
-    // A claim came back short beside other steps in flight: claim once more after them.
-    let mut recheck = false;
-    // Whether the latest claim took nothing.
-    let mut claimed_none = false;
-    // The sink's reader is gone or stalled: stop once the steps in flight have ended.
-    let mut stop = false;
-    // The sink is down or the database failed: wait this long once the steps in flight ended.
-    let mut pause: Option<Duration> = None;
-    // A step ends by its lease (no publish outlives it; a broken settle is retried within it),
-    // plus the shutdown grace; Health's margin covers the statements around it.
-    let step_bound = relay.cfg.lease + relay.cfg.shutdown_grace;
+    let mut turn = Turn {
+        total: Report::default(),
+        backoff: ErrorBackoff::default(),
+        more: true,
+        recheck: false,
+        claimed_none: false,
+        end: None,
+        pause: None,
+    };
+    let ended = |turn: Turn, drained: bool, end: Result<(), StepError>| Ended {
+        total: turn.total,
+        drained,
+        error: end.err(),
+    };
     loop {
-        if pipe.is_empty() && (stop || shutdown.is_cancelled()) {
-            break;
-        }
-        health.expect_within(step_bound);
-        if last_beat.elapsed() >= settings.heartbeat {
-            heartbeat(relay, &since_beat, last_beat.elapsed()).await;
-            last_beat = tokio::time::Instant::now();
-            since_beat = Report::default();
-        }
-        let next_beat = last_beat + settings.heartbeat;
         if pipe.is_empty() {
-            if let Some(wait) = pause.take() {
-                health.expect_within(until(wait, next_beat));
-                tokio::select! {
-                    _ = shutdown.cancelled() => {}
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = tokio::time::sleep_until(next_beat) => {}
+            if flavour.stopping(shutdown) {
+                turn.end.get_or_insert(Ok(()));
+            }
+            if let Some(end) = turn.end.take() {
+                return ended(turn, false, end);
+            }
+        }
+        flavour.upkeep(relay).await;
+        if pipe.is_empty() {
+            if let Some(wait) = turn.pause.take() {
+                flavour.pause(wait, shutdown).await;
+                turn.more = true;
+                continue;
+            }
+            if !turn.more && !std::mem::take(&mut turn.recheck) {
+                if !flavour.wait_for_work(relay, &turn, shutdown).await {
+                    return ended(turn, true, Ok(()));
                 }
-                more = true;
+                turn.more = true;
                 continue;
             }
-            if !more && !std::mem::take(&mut recheck) {
-                idle(
-                    relay,
-                    settings,
-                    &mut listener,
-                    claimed_none,
-                    next_beat,
-                    shutdown,
-                )
-                .await;
-                more = true;
-                continue;
-            }
-            more = true;
+            turn.more = true;
         }
-        // LISTEN before looking for work, so an insert committed after the claim still wakes us.
-        // Not through a transaction-pooling proxy: its server connection (and the LISTEN on
-        // it) goes to another client after each transaction; the poll interval stands in.
-        if listener.is_none() && !relay.pin.is_pinned() {
-            listener = listen(relay, &settings.channel).await;
-        }
-        let room = if circuit.is_some() { 1 } else { depth };
-        while !stop && pause.is_none() && more && pipe.len() < room && pipe.may_start_another() {
-            if shutdown.is_cancelled() {
+        flavour.before_claims(relay).await;
+        let room = flavour.room(depth);
+        while turn.end.is_none()
+            && turn.pause.is_none()
+            && turn.more
+            && pipe.len() < room
+            && pipe.may_start_another()
+        {
+            let Some((limit, probe)) = flavour.next_step(relay, &mut turn, &pipe, shutdown) else {
                 break;
-            }
-            let limit = circuit
-                .as_ref()
-                .map_or(relay.cfg.batch_size, |c| c.probe_size(relay.cfg.batch_size));
-            pipe.start(limit, circuit.is_some());
+            };
+            pipe.start(limit, probe);
         }
         let Some(next) = pipe.next().await else {
             continue;
         };
-        // A short claim: wait for work. (A step that claimed nothing may end in the same poll as
-        // its claim, so its notice comes with its end; a full one told nothing new there.)
-        match &next {
-            Next::Claimed(_, n) => claimed_none = n.rows == 0,
-            Next::Done(_, Some(n), _) if !n.full => claimed_none = n.rows == 0,
-            Next::Done(..) => {}
-        }
-        note_claim(&next, &mut more, &mut recheck);
+        turn.note_claim(&next);
         match next {
             Next::Claimed(..) => {}
             Next::Done(step, _, Ok(r)) => {
-                error_backoff.reset();
+                turn.backoff.reset();
                 emit_all(&r);
                 step_done(&r, step.at);
-                total.add(&r);
-                since_beat.add(&r);
-                match &r.sink_down {
-                    Some(SinkError::Closed(e)) => {
-                        tracing::info!(error = %e, "the sink's reader is gone; stopping");
-                        stop = true;
-                    }
-                    Some(SinkError::Stalled(e)) => {
-                        tracing::error!(error = %e, "the sink stalled; stopping");
-                        stop = true;
-                    }
-                    // A batch claimed before the circuit opened: the outage is known already.
-                    Some(_) if circuit.is_some() && !step.probe => {}
-                    Some(e) => {
-                        let wait =
-                            Circuit::failed(&mut circuit, e, r.unavailable, relay.cfg.backoff);
-                        health.set_circuit_open(true);
-                        pause = Some(pause.map_or(wait, |p| p.max(wait)));
-                    }
-                    // Only a probe closes the circuit: a batch claimed before it opened says
-                    // nothing about the sink now.
-                    None if r.claimed > 0 && step.probe => {
-                        if let Some(c) = circuit.take() {
-                            c.close();
-                            health.set_circuit_open(false);
-                        }
-                    }
-                    None => {}
-                }
+                turn.total.add(&r);
+                flavour.step_done(relay, &mut turn, step, &r);
                 // Rows given back unpublished (a slow sink ran out of lease time) are ready
                 // again at once.
                 if r.released > 0 {
-                    more = true;
+                    turn.more = true;
                 }
             }
-            Next::Done(_, _, Err(e)) => {
-                let wait = error_backoff.next();
-                step_failed(&e, wait);
-                if e.db().as_database_error().is_none() {
-                    listener = None; // the connection may be gone; LISTEN again when back
-                }
-                pause = Some(pause.map_or(wait, |p| p.max(wait)));
-            }
+            Next::Done(_, _, Err(e)) => flavour.step_failed(&mut turn, e),
         }
     }
-    total
+}
+
+/// `--once`: ends drained, at a limit, at shutdown, when the sink is down, on a permanent error,
+/// or when the database keeps failing for `reconnect_for`.
+struct OnceRun {
+    limits: OnceLimits,
+    started: Instant,
+    /// Since when the database has been failing, and how.
+    failing: Option<(Instant, StepError)>,
+}
+
+impl Flavour for OnceRun {
+    async fn pause(&mut self, wait: Duration, shutdown: &CancellationToken) {
+        sleep_or_shutdown(wait, shutdown).await;
+    }
+
+    async fn wait_for_work(&mut self, _: &Relay, _: &Turn, _: &CancellationToken) -> bool {
+        false
+    }
+
+    fn next_step(
+        &mut self,
+        relay: &Relay,
+        turn: &mut Turn,
+        pipe: &Pipeline<'_>,
+        shutdown: &CancellationToken,
+    ) -> Option<(u32, bool)> {
+        if shutdown.is_cancelled() {
+            turn.end = Some(Ok(()));
+            return None;
+        }
+        if self
+            .limits
+            .max_duration
+            .is_some_and(|d| self.started.elapsed() >= d)
+        {
+            turn.end = Some(self.failing.take().map_or(Ok(()), |(_, e)| Err(e)));
+            return None;
+        }
+        // Split what is left of the budget between the steps in flight: never claim past it.
+        let remaining = self
+            .limits
+            .max_events
+            .map(|m| m.saturating_sub(turn.total.claimed + pipe.reserved()));
+        if remaining == Some(0) {
+            if pipe.is_empty() {
+                turn.end = Some(Ok(()));
+            }
+            return None;
+        }
+        let limit = remaining.map_or(relay.cfg.batch_size, |r| {
+            r.min(u64::from(relay.cfg.batch_size)) as u32
+        });
+        Some((limit, false))
+    }
+
+    fn step_done(&mut self, _: &Relay, turn: &mut Turn, _: Started, r: &Report) {
+        self.failing = None;
+        if r.sink_down.is_some() {
+            // The sink could not take the batch (outage, closed or stalled consumer): the rows
+            // were given back untouched; a cron run stops here rather than spin.
+            turn.end.get_or_insert(Ok(()));
+        }
+    }
+
+    fn step_failed(&mut self, turn: &mut Turn, e: StepError) {
+        if !e.is_transient() {
+            if !matches!(turn.end, Some(Err(_))) {
+                turn.end = Some(Err(e));
+            }
+            return;
+        }
+        let since = self.failing.as_ref().map_or_else(Instant::now, |(t, _)| *t);
+        let left = self.limits.reconnect_for.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            RelayEvent::GaveUp {
+                error: e.to_string(),
+                after: since.elapsed(),
+            }
+            .emit();
+            turn.end = Some(Err(e));
+            return;
+        }
+        let wait = turn.backoff.next().min(left);
+        step_failed(&e, wait);
+        self.failing = Some((since, e));
+        turn.pause_at_least(wait);
+    }
+}
+
+/// The daemon: runs until shutdown (or the sink's reader is gone), waits for work, keeps a
+/// LISTEN connection, logs a heartbeat, updates what `/livez` and `/readyz` read, and probes an
+/// unavailable sink through its circuit.
+struct DaemonRun<'a> {
+    settings: &'a DaemonSettings,
+    listener: Option<PgListener>,
+    circuit: Option<Circuit>,
+    last_beat: tokio::time::Instant,
+    since_beat: Report,
+    step_bound: Duration,
+}
+
+impl DaemonRun<'_> {
+    fn next_beat(&self) -> tokio::time::Instant {
+        self.last_beat + self.settings.heartbeat
+    }
+}
+
+impl Flavour for DaemonRun<'_> {
+    async fn upkeep(&mut self, relay: &Relay) {
+        self.settings.health.expect_within(self.step_bound);
+        if self.last_beat.elapsed() >= self.settings.heartbeat {
+            heartbeat(relay, &self.since_beat, self.last_beat.elapsed()).await;
+            self.last_beat = tokio::time::Instant::now();
+            self.since_beat = Report::default();
+        }
+    }
+
+    fn stopping(&self, shutdown: &CancellationToken) -> bool {
+        shutdown.is_cancelled()
+    }
+
+    async fn pause(&mut self, wait: Duration, shutdown: &CancellationToken) {
+        let next_beat = self.next_beat();
+        self.settings.health.expect_within(until(wait, next_beat));
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(next_beat) => {}
+        }
+    }
+
+    async fn wait_for_work(
+        &mut self,
+        relay: &Relay,
+        turn: &Turn,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let next_beat = self.next_beat();
+        idle(
+            relay,
+            self.settings,
+            &mut self.listener,
+            turn.claimed_none,
+            next_beat,
+            shutdown,
+        )
+        .await;
+        true
+    }
+
+    /// LISTEN before looking for work, so an insert committed after the claim still wakes us.
+    /// Not through a transaction-pooling proxy: its server connection (and the LISTEN on it) goes
+    /// to another client after each transaction; the poll interval stands in.
+    async fn before_claims(&mut self, relay: &Relay) {
+        if self.listener.is_none() && !relay.db.is_pinned() {
+            self.listener = listen(relay, &self.settings.channel).await;
+        }
+    }
+
+    /// While the sink's circuit is open, one probe runs at a time.
+    fn room(&self, depth: usize) -> usize {
+        if self.circuit.is_some() {
+            1
+        } else {
+            depth
+        }
+    }
+
+    fn next_step(
+        &mut self,
+        relay: &Relay,
+        _: &mut Turn,
+        _: &Pipeline<'_>,
+        shutdown: &CancellationToken,
+    ) -> Option<(u32, bool)> {
+        if shutdown.is_cancelled() {
+            return None;
+        }
+        let limit = self
+            .circuit
+            .as_ref()
+            .map_or(relay.cfg.batch_size, |c| c.probe_size(relay.cfg.batch_size));
+        Some((limit, self.circuit.is_some()))
+    }
+
+    fn step_done(&mut self, relay: &Relay, turn: &mut Turn, step: Started, r: &Report) {
+        self.since_beat.add(r);
+        let health = &self.settings.health;
+        match &r.sink_down {
+            Some(SinkError::Closed(e)) => {
+                tracing::info!(error = %e, "the sink's reader is gone; stopping");
+                turn.end = Some(Ok(()));
+            }
+            Some(SinkError::Stalled(e)) => {
+                tracing::error!(error = %e, "the sink stalled; stopping");
+                turn.end = Some(Ok(()));
+            }
+            // A batch claimed before the circuit opened: the outage is known already.
+            Some(_) if self.circuit.is_some() && !step.probe => {}
+            Some(e) => {
+                let wait = Circuit::failed(&mut self.circuit, e, r.unavailable, relay.cfg.backoff);
+                health.set_circuit_open(true);
+                turn.pause_at_least(wait);
+            }
+            // Only a probe closes the circuit: a batch claimed before it opened says nothing
+            // about the sink now.
+            None if r.claimed > 0 && step.probe => {
+                if let Some(c) = self.circuit.take() {
+                    c.close();
+                    health.set_circuit_open(false);
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn step_failed(&mut self, turn: &mut Turn, e: StepError) {
+        let wait = turn.backoff.next();
+        step_failed(&e, wait);
+        if e.db().as_database_error().is_none() {
+            self.listener = None; // the connection may be gone; LISTEN again when back
+        }
+        turn.pause_at_least(wait);
+    }
 }
 
 /// Waits for work after a short claim: a NOTIFY, the next delayed event's due time, the poll
@@ -433,16 +599,12 @@ async fn idle(
     next_beat: tokio::time::Instant,
     shutdown: &CancellationToken,
 ) {
-    let due = match relay.pool.acquire().await {
-        Ok(mut conn) => relay
-            .pin
-            .run(&mut conn, async |c| crate::db::relay::next_due_in(c).await)
-            .await
-            .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
-            .ok()
-            .flatten(),
-        Err(_) => None,
-    };
+    let due = relay
+        .db
+        .run(async |c| crate::db::relay::next_due_in(c).await)
+        .await
+        .ok()
+        .flatten();
     let mut wait = wait_time(due, claimed_none, settings.poll_interval);
     if claimed_none && relay.ordering.is_active() {
         // Rows of ordered keys behind a leased, backing-off or blocked head are due but not
@@ -555,16 +717,12 @@ impl Circuit {
 
 /// Logs the heartbeat: the outbox's backlog (one query) and what the relay did since the last.
 async fn heartbeat(relay: &Relay, since: &Report, interval: Duration) {
-    let figures = async {
-        let mut conn = relay.pool.acquire().await?;
-        relay
-            .pin
-            .run(&mut conn, async |c| crate::db::relay::backlog(c).await)
-            .await
-            .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
-    };
+    let figures = relay
+        .db
+        .run(async |c| crate::db::relay::backlog(c).await)
+        .await;
     RelayEvent::Heartbeat(Heartbeat {
-        figures: figures.await.map_err(|e| e.to_string()),
+        figures: figures.map_err(|e| e.to_string()),
         interval,
         published: since.published,
         retried: since.retried,
@@ -606,7 +764,7 @@ async fn recv(listener: &mut Option<PgListener>) -> bool {
 }
 
 async fn listen(relay: &Relay, channel: &str) -> Option<PgListener> {
-    let mut l = match PgListener::connect_with(&relay.pool).await {
+    let mut l = match PgListener::connect_with(relay.db.pool()).await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "cannot open the LISTEN connection; polling until it works");

@@ -17,7 +17,6 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusHandle;
-use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -39,8 +38,7 @@ pub const READYZ_PATH: &str = "/readyz";
 pub struct State {
     pub prometheus: PrometheusHandle,
     pub health: Arc<Health>,
-    pub pool: PgPool,
-    pub pin: crate::db::Pin,
+    pub db: crate::db::Session,
     /// The relay's shutdown (first signal): from then on not ready.
     pub shutdown: CancellationToken,
     /// When the backlog was last sampled; held while sampling, so concurrent scrapes run one.
@@ -51,15 +49,13 @@ impl State {
     pub fn new(
         prometheus: PrometheusHandle,
         health: Arc<Health>,
-        pool: PgPool,
-        pin: crate::db::Pin,
+        db: crate::db::Session,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
             prometheus,
             health,
-            pool,
-            pin,
+            db,
             shutdown,
             sampled: tokio::sync::Mutex::new(None),
         })
@@ -205,13 +201,9 @@ async fn readiness(state: &State) -> Result<(), String> {
     if state.health.circuit_open() {
         return Err("sink unavailable (circuit open): claims paused while probing".into());
     }
-    let (pool, pin) = (state.pool.clone(), state.pin.clone());
-    let ping = tokio::spawn(async move {
-        let mut conn = pool.acquire().await?;
-        pin.run(&mut conn, async |c| crate::db::metrics::ping(c).await)
-            .await
-            .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
-    });
+    let db = state.db.clone();
+    let ping =
+        tokio::spawn(async move { db.run(async |c| crate::db::metrics::ping(c).await).await });
     let r = match tokio::time::timeout(DB_WAIT, ping).await {
         Ok(Ok(Ok(()))) => Ok(()),
         Ok(Ok(Err(e))) => Err(format!(
@@ -245,14 +237,11 @@ async fn sample_if_due(state: &Arc<State>) {
             return;
         }
         *last = Some(Instant::now());
-        let sample = async {
-            let mut conn = st.pool.acquire().await?;
-            st.pin
-                .run(&mut conn, async |c| crate::db::metrics::sample(c).await)
-                .await
-                .inspect_err(|e| crate::db::discard_if_broken(&mut conn, e))
-        };
-        match sample.await {
+        let sample = st
+            .db
+            .run(async |c| crate::db::metrics::sample(c).await)
+            .await;
+        match sample {
             Ok(s) => {
                 metrics::gauge!(m::READY).set(s.ready as f64);
                 metrics::gauge!(m::SCHEDULED).set(s.scheduled as f64);

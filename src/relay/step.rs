@@ -5,15 +5,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::ordering::{publish_ordered, OrderingState};
 use super::{truncate_error, Backoff, Mode, RelayEvent, Report};
 use crate::db::ordering as ordered_sql;
-use crate::db::relay::{self as sql, ClaimedRow, Failure};
+use crate::db::relay::{self as sql, ClaimedRow, Failure, Settle};
+use crate::db::session::Held;
 use crate::sink::{batch_verdict, Outcome, PublishCtl, Sink, SinkError};
 
 /// Test-only fail-point (set through the hidden `OUTBOXCTL_TEST_FAILPOINT` variable): what the
@@ -79,10 +78,9 @@ pub struct ClaimNotice {
 
 /// A relay: a pool, a sink, settings, and what it keeps for ordered delivery.
 pub struct Relay {
-    pub pool: PgPool,
-    /// How its statements go through a transaction-pooling proxy (a no-op without one): every
-    /// claim and settle in a transaction of its own ([`crate::db::Pin`]).
-    pub pin: crate::db::Pin,
+    /// Its pool and pin: each claim, settle or release asks it once, and it keeps the
+    /// connection's upkeep (pinning, discarding a broken connection, a retry on a live one).
+    pub db: crate::db::Session,
     pub sink: Arc<dyn Sink>,
     pub cfg: RelayConfig,
     pub ordering: OrderingState,
@@ -224,23 +222,20 @@ impl Relay {
         // Taken before the claim is sent: the lease (from the server's now()) ends later.
         let claimed_at = tokio::time::Instant::now();
         let claim = {
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = self.db.hold().await?;
             // A step started beside another may wait here for a new connection; one that gets
             // it after shutdown began claims nothing (it would only claim rows to release them).
             if ctl.shutdown.is_cancelled() {
                 return Ok(Report::default());
             }
-            let result = self
-                .pin
-                .run(&mut conn, async |c| {
-                    self.claim(c, limit, ClaimMode::Lease { token }).await
-                })
+            let result = conn
+                .run(async |c| self.claim(c, limit, ClaimMode::Lease { token }).await)
                 .await
                 .and_then(|claim| self.failpoint_lose_claim_reply(claim));
             match result {
                 Ok(claim) => claim,
                 Err(e) => {
-                    crate::db::discard_if_broken(&mut conn, &e);
+                    conn.discard_if_broken(&e);
                     if crate::db::is_connection_lost(&e) {
                         drop(conn);
                         self.release_lost_claim(token).await;
@@ -273,11 +268,7 @@ impl Relay {
             sorted,
             report,
         };
-        let settled = match self.pool.acquire().await {
-            Ok(mut conn) => self.settle_lease(&pending, &mut conn, false).await,
-            Err(e) => Err(e),
-        };
-        match settled {
+        match self.settle_lease(&pending, false).await {
             Ok(report) => Ok(report),
             Err(source) if crate::db::is_transient(&source) => Err(StepError::Unsettled {
                 pending: Box::new(pending),
@@ -291,49 +282,18 @@ impl Relay {
     /// just answered a ping (the pool's idle ones may all be dead after a restart). The fenced
     /// statements make a repeat harmless if the earlier attempt did go through.
     pub async fn settle_again(&self, pending: &PendingSettle) -> Result<Report, sqlx::Error> {
-        let mut conn = crate::db::acquire_live(&self.pool).await?;
-        self.settle_lease(pending, &mut conn, true).await
+        self.settle_lease(pending, true).await
     }
 
-    /// Runs the fenced settle statements for `p` on `conn` and completes its report. `retry`:
-    /// an earlier attempt may have gone through before its connection broke, so rows the
-    /// statements did not change but that still carry our token count as settled, not lost.
-    async fn settle_lease(
-        &self,
-        p: &PendingSettle,
-        conn: &mut PoolConnection<Postgres>,
-        retry: bool,
-    ) -> Result<Report, sqlx::Error> {
+    /// Settles `p` ([`crate::db::Session::settle_lease`]) and completes its report. `retry`: an
+    /// earlier attempt may have gone through before its connection broke.
+    async fn settle_lease(&self, p: &PendingSettle, retry: bool) -> Result<Report, sqlx::Error> {
         let s = &p.sorted;
-        let run = self.pin.run(conn, async |conn| {
-            let mut marked = sql::settle_published(conn, &s.published, p.token).await?;
-            let mut failed = sql::settle_failed(conn, &s.failures, p.token).await?;
-            let released = sql::release(conn, &s.unpublished, p.token).await?;
-            if retry {
-                let missing: Vec<i64> = s
-                    .published
-                    .iter()
-                    .chain(s.failures.iter().map(|f| &f.id))
-                    .filter(|id| !marked.contains(id) && !failed.contains(id))
-                    .copied()
-                    .collect();
-                let ours: HashSet<i64> = sql::still_claimed(conn, &missing, p.token)
-                    .await?
-                    .into_iter()
-                    .collect();
-                marked.extend(s.published.iter().filter(|id| ours.contains(id)));
-                failed.extend(
-                    s.failures
-                        .iter()
-                        .map(|f| f.id)
-                        .filter(|id| ours.contains(id)),
-                );
-            }
-            Ok::<_, sqlx::Error>((marked, failed, released))
-        });
-        let (marked, failed, released) = run
-            .await
-            .inspect_err(|e| crate::db::discard_if_broken(conn, e))?;
+        let sql::Settled {
+            marked,
+            failed,
+            released,
+        } = self.db.settle_lease(s, p.token, retry).await?;
 
         let mut report = p.report.clone();
         report.published = marked.len() as u64;
@@ -368,25 +328,25 @@ impl Relay {
         ctl: &PublishCtl,
         claimed: &(dyn Fn(ClaimNotice) + Sync),
     ) -> Result<Report, StepError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.db.hold().await?;
         if ctl.shutdown.is_cancelled() {
             return Ok(Report::default()); // as in step_lease
         }
         let result = self.step_tx_on(&mut conn, limit, ctl, claimed).await;
         if let Err(e) = &result {
-            crate::db::discard_if_broken(&mut conn, e.db());
+            conn.discard_if_broken(e.db());
         }
         result
     }
 
     async fn step_tx_on(
         &self,
-        conn: &mut PoolConnection<Postgres>,
+        conn: &mut Held<'_>,
         limit: i64,
         ctl: &PublishCtl,
         claimed: &(dyn Fn(ClaimNotice) + Sync),
     ) -> Result<Report, StepError> {
-        let mut tx = self.pin.begin(conn).await?;
+        let mut tx = conn.begin().await?;
         let claim = self.claim(&mut tx, limit, ClaimMode::Tx).await?;
         claimed(claim.notice(limit));
         let ordered_from = claim.ordered_from;
@@ -419,15 +379,7 @@ impl Relay {
             // The rows given back keep their previous error: the claim cleared it in this
             // transaction, so it is read as committed, on another connection (rare: a shutdown
             // or stall mid-batch).
-            let previous = if sorted.unpublished.is_empty() {
-                Vec::new()
-            } else {
-                let mut other = self.pool.acquire().await?;
-                let mut read = self.pin.begin(&mut other).await?;
-                let previous = sql::committed_errors(&mut read, &sorted.unpublished).await?;
-                read.commit().await?;
-                previous
-            };
+            let previous = self.db.committed_errors(&sorted.unpublished).await?;
             sql::revert_tx(&mut tx, &sorted.failures).await?;
             let released = sql::unclaim_tx(&mut tx, &previous).await?;
             tx.commit().await?;
@@ -464,9 +416,9 @@ impl Relay {
         rows: &[ClaimedRow],
         mut outcomes: Vec<Outcome>,
         report: &mut Report,
-    ) -> Sorted {
+    ) -> Settle {
         report.sink_down = batch_verdict(&mut outcomes);
-        let mut s = Sorted::default();
+        let mut s = Settle::default();
         let mut retried_errors = Vec::new();
         let mut deferred_errors = Vec::new();
         for (row, outcome) in rows.iter().zip(outcomes) {
@@ -653,13 +605,7 @@ impl Relay {
     /// would stay leased to `token`, which no one holds, until the lease ends. Gives back what
     /// still carries the token, on a live connection; if that fails too, the lease's end does.
     async fn release_lost_claim(&self, token: Uuid) {
-        let released = async {
-            let mut conn = crate::db::acquire_live(&self.pool).await?;
-            self.pin
-                .run(&mut conn, async |c| sql::release_token(c, token).await)
-                .await
-        };
-        match released.await {
+        match self.db.release_token(token).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(
                 rows = n,
@@ -692,13 +638,6 @@ impl Relay {
             std::future::pending::<()>().await;
         }
     }
-}
-
-#[derive(Debug, Default)]
-struct Sorted {
-    published: Vec<i64>,
-    failures: Vec<Failure>,
-    unpublished: Vec<i64>,
 }
 
 /// Why a step failed.
@@ -751,7 +690,7 @@ impl StepError {
 /// when its lease ends (measured from before the claim was sent, so never late).
 #[derive(Debug)]
 pub struct PendingSettle {
-    sorted: Sorted,
+    sorted: Settle,
     token: Uuid,
     report: Report,
     dead_event_types: HashMap<i64, (String, i32)>,
@@ -781,7 +720,7 @@ fn dead_lettered(types: &HashMap<i64, (String, i32)>, f: &Failure) -> RelayEvent
 }
 
 /// The event type and attempt count of each row about to be dead-lettered, for its WARN line.
-fn dead_event_types(rows: &[ClaimedRow], sorted: &Sorted) -> HashMap<i64, (String, i32)> {
+fn dead_event_types(rows: &[ClaimedRow], sorted: &Settle) -> HashMap<i64, (String, i32)> {
     let dead: HashSet<i64> = sorted
         .failures
         .iter()

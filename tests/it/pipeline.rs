@@ -72,10 +72,12 @@ impl Sink for HoldSink {
 
 async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, depth: u32) -> Relay {
     Relay {
-        pin: Default::default(),
-        pool: outboxctl::db::pool_for_relay(&db.config(), 3 + depth, true, Duration::from_secs(30))
-            .await
-            .unwrap(),
+        db: outboxctl::db::Session::new(
+            outboxctl::db::pool_for_relay(&db.config(), 3 + depth, true, Duration::from_secs(30))
+                .await
+                .unwrap(),
+            Default::default(),
+        ),
         sink,
         cfg: RelayConfig {
             mode,

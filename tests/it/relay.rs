@@ -19,10 +19,12 @@ const MODES: [Mode; 2] = [Mode::Lease, Mode::Tx];
 
 async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) -> Relay {
     Relay {
-        pin: Default::default(),
-        pool: outboxctl::db::pool_for_relay(&db.config(), 4, true, Duration::from_secs(30))
-            .await
-            .unwrap(),
+        db: outboxctl::db::Session::new(
+            outboxctl::db::pool_for_relay(&db.config(), 4, true, Duration::from_secs(30))
+                .await
+                .unwrap(),
+            Default::default(),
+        ),
         sink,
         cfg: RelayConfig {
             mode,
