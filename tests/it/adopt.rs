@@ -3,41 +3,8 @@
 //! it as applied (a baseline) and apply the rest; tables that differ are refused, naming each
 //! difference, with nothing changed.
 
-use crate::common::{ids_in_file, stderr, stdout, TestDb};
-
-/// Seed 000's DDL, verbatim (migrations/0001_outbox.sql has the same statements).
-pub(crate) const SEED_DDL: &str = "
-CREATE TABLE outbox (
-  id                bigserial    PRIMARY KEY,
-  tenant_id         uuid         NOT NULL,
-  aggregate_type    text         NOT NULL,
-  aggregate_id      text         NOT NULL,
-  event_type        text         NOT NULL,
-  payload           jsonb        NOT NULL,
-  headers           jsonb        NOT NULL DEFAULT '{}'::jsonb,
-  idempotency_key   text         NOT NULL,
-  created_at        timestamptz  NOT NULL DEFAULT now(),
-  available_at      timestamptz  NOT NULL DEFAULT now(),
-  locked_until      timestamptz,
-  attempt_count     integer      NOT NULL DEFAULT 0,
-  published_at      timestamptz,
-  dead_lettered_at  timestamptz,
-  last_error        text,
-  CONSTRAINT outbox_idempotency_key_key UNIQUE (idempotency_key)
-);
-
--- The only index the relay's claim query needs. Partial => stays small.
-CREATE INDEX outbox_ready_idx
-  ON outbox (available_at, id)
-  WHERE published_at IS NULL AND dead_lettered_at IS NULL;
-
-CREATE TABLE processed_messages (
-  consumer     text        NOT NULL,
-  message_id   text        NOT NULL,
-  processed_at timestamptz NOT NULL DEFAULT now(),
-  PRIMARY KEY (consumer, message_id)
-);
-";
+use crate::support::fixtures::SEED_DDL;
+use crate::support::{ids_in_file, stderr, stdout, TestDb};
 
 /// Seed 000's producer statement, verbatim.
 const SEED_ENQUEUE: &str = "INSERT INTO outbox

@@ -4,7 +4,7 @@ use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 
-use crate::common::{stderr, stdout, TestDb};
+use crate::support::{stderr, stdout, TestDb};
 
 const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
@@ -119,7 +119,7 @@ async fn an_unroutable_message_is_retried_not_lost() {
     assert_eq!(untouched, 2);
 }
 
-/// A broker far away: the real RabbitMQ behind [`crate::net_delay::NetDelay`] (a test double of
+/// A broker far away: the real RabbitMQ behind [`crate::support::net_delay::NetDelay`] (a test double of
 /// the network, not of the broker), every reply 500 ms late, with a `--publish-timeout` of 2 s.
 /// The connection handshake (AMQP header, start, tune, open, a channel, confirms: five round
 /// trips) takes longer than one publish timeout over such a link. The attempt was dropped at each
@@ -128,9 +128,11 @@ async fn an_unroutable_message_is_retried_not_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_a_publish() {
     const EVENTS: i64 = 40;
-    let proxy =
-        crate::net_delay::NetDelay::start("127.0.0.1:5672", std::time::Duration::from_millis(500))
-            .await;
+    let proxy = crate::support::net_delay::NetDelay::start(
+        "127.0.0.1:5672",
+        std::time::Duration::from_millis(500),
+    )
+    .await;
     let db = TestDb::new().await;
     db.seed_ready(EVENTS).await;
     let queue = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
@@ -165,7 +167,7 @@ async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_
     let _ = relay.kill();
     let _ = relay.wait();
     assert_eq!(published().await, EVENTS, "published through the slow link");
-    let (attempts, dead) = crate::fixtures::max_attempts_and_dead(&db).await;
+    let (attempts, dead) = crate::support::fixtures::max_attempts_and_dead(&db).await;
     assert_eq!(
         (attempts, dead),
         (1, 0),

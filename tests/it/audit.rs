@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use crate::common::{stderr, stdout, TestDb};
-use crate::fixtures::{kill, publish, ready, run, run_json, schedule};
+use crate::support::fixtures::{kill, publish, ready, schedule};
+use crate::support::{run, run_json, stderr, stdout, TestDb};
 
 #[derive(Debug, sqlx::FromRow)]
 struct Row {

@@ -1,7 +1,7 @@
 //! `outboxctl bench` smoke run: tiny sizes; asserts every figure is produced and positive (never a
 //! timing threshold), and that the scratch schema is gone afterwards.
 
-use crate::common::{base_url, bin, stderr};
+use crate::support::{base_url, bin, stderr};
 
 #[tokio::test]
 async fn bench_smoke_produces_every_figure_and_cleans_up() {

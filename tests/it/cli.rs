@@ -4,13 +4,9 @@
 use std::os::fd::OwnedFd;
 use std::process::{Command, Output, Stdio};
 
-use crate::common::{base_url, bin, stderr, stdout, TestDb};
+use crate::support::{base_url, bin, output, stderr, stdout, TestDb};
 
 const SECRET: &str = "s3cret-Pw";
-
-fn run(mut cmd: Command) -> Output {
-    cmd.stdin(Stdio::null()).output().unwrap()
-}
 
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
@@ -66,28 +62,16 @@ fn usage_errors_exit_2_and_say_what_is_wrong() {
         (vec!["completions", "tcsh"], "invalid value 'tcsh'"),
         (vec!["migrate", "-v", "-q"], "cannot be used with"),
     ] {
-        let out = run({
-            let mut c = bin();
-            c.args(&args);
-            c
-        });
+        let out = output(bin().args(&args));
         assert_eq!(code(&out), Some(2), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
         assert!(out.stdout.is_empty(), "{args:?}");
     }
     for args in [["--help"], ["--version"]] {
-        let out = run({
-            let mut c = bin();
-            c.args(args);
-            c
-        });
+        let out = output(bin().args(args));
         assert_eq!(code(&out), Some(0), "{args:?}");
     }
-    let version = stdout(&run({
-        let mut c = bin();
-        c.arg("--version");
-        c
-    }));
+    let version = stdout(&output(bin().arg("--version")));
     assert!(
         version.starts_with(&format!("outboxctl {} (commit ", env!("CARGO_PKG_VERSION"))),
         "{version}"
@@ -110,16 +94,14 @@ fn hostile_or_invalid_schema_names_are_rejected_with_exit_2() {
                 continue; // an empty variable counts as unset: the default schema
             }
             for args in CONNECTING {
-                let out = run({
-                    let mut c = bin();
-                    c.args(args).env("DATABASE_URL", base_url());
-                    if via_env {
-                        c.env("OUTBOXCTL_SCHEMA", name);
-                    } else {
-                        c.args(["--schema", name]);
-                    }
-                    c
-                });
+                let mut c = bin();
+                c.args(args).env("DATABASE_URL", base_url());
+                if via_env {
+                    c.env("OUTBOXCTL_SCHEMA", name);
+                } else {
+                    c.args(["--schema", name]);
+                }
+                let out = output(&mut c);
                 assert_eq!(code(&out), Some(2), "{name:?} {args:?}: {}", stderr(&out));
                 assert_one_line_error(&out, name);
                 assert!(
@@ -136,11 +118,7 @@ fn hostile_or_invalid_schema_names_are_rejected_with_exit_2() {
 async fn a_schema_without_the_outbox_exits_1_and_says_run_migrate() {
     let db = TestDb::unmigrated().await;
     for args in [&CONNECTING[2], &CONNECTING[3]] {
-        let out = run({
-            let mut c = db.cmd();
-            c.args(*args);
-            c
-        });
+        let out = output(db.cmd().args(*args));
         assert_eq!(code(&out), Some(1), "{args:?}: {}", stderr(&out));
         assert_one_line_error(&out, "no outbox");
         assert_eq!(
@@ -265,12 +243,11 @@ async fn a_misspelt_or_unsupported_url_parameter_is_refused_by_name() {
         ),
     ] {
         for args in CONNECTING {
-            let out = run({
-                let mut c = db.cmd();
-                c.env("DATABASE_URL", format!("{}?{query}", base_url()))
-                    .args(args);
-                c
-            });
+            let out = output(
+                db.cmd()
+                    .env("DATABASE_URL", format!("{}?{query}", base_url()))
+                    .args(args),
+            );
             assert_eq!(code(&out), Some(2), "{query} {args:?}: {}", stderr(&out));
             assert_one_line_error(&out, named);
             assert!(
@@ -281,18 +258,14 @@ async fn a_misspelt_or_unsupported_url_parameter_is_refused_by_name() {
         }
     }
     // What sqlx reads, and what changes nothing, still connects.
-    let out = run({
-        let mut c = db.cmd();
-        c.env(
+    let out = output(db.cmd().env(
             "DATABASE_URL",
             format!(
                 "{}?sslmode=disable&connect_timeout=5&application_name=app&keepalives=1&target_session_attrs=any",
                 base_url()
             ),
         )
-        .arg("stats");
-        c
-    });
+        .arg("stats"));
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
@@ -302,16 +275,14 @@ fn a_password_in_the_url_never_appears_in_any_output() {
     for (what, url, want_code) in urls_with_secret() {
         for via_flag in [false, true] {
             for args in CONNECTING {
-                let out = run({
-                    let mut c = bin();
-                    c.args(args).args(["--connect-timeout", "2s", "-vvv"]);
-                    if via_flag {
-                        c.args(["--database-url", &url]);
-                    } else {
-                        c.env("DATABASE_URL", &url);
-                    }
-                    c
-                });
+                let mut c = bin();
+                c.args(args).args(["--connect-timeout", "2s", "-vvv"]);
+                if via_flag {
+                    c.args(["--database-url", &url]);
+                } else {
+                    c.env("DATABASE_URL", &url);
+                }
+                let out = output(&mut c);
                 let all = format!("{}{}", stdout(&out), stderr(&out));
                 let leaked = all.contains("s3cret") || all.contains(&SECRET.replace('-', "%2D"));
                 let one_line = stderr(&out)
@@ -337,13 +308,12 @@ async fn a_password_is_not_printed_on_success_either() {
     let mut u = url::Url::parse(&base_url()).unwrap();
     u.set_password(Some(SECRET)).unwrap(); // trust auth on the test server ignores it
     for args in CONNECTING {
-        let out = run({
-            let mut c = db.cmd();
-            c.env("DATABASE_URL", u.as_str())
+        let out = output(
+            db.cmd()
+                .env("DATABASE_URL", u.as_str())
                 .env("OUTBOXCTL_LOG", "trace")
-                .args(args);
-            c
-        });
+                .args(args),
+        );
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         let all = format!("{}{}", stdout(&out), stderr(&out));
         assert!(!all.contains(SECRET), "{args:?}: {all}");
@@ -353,14 +323,10 @@ async fn a_password_is_not_printed_on_success_either() {
 #[test]
 fn unreachable_database_exits_3_with_one_line_naming_the_server() {
     for args in CONNECTING {
-        let out = run({
-            let mut c = bin();
-            c.args(args).env(
-                "DATABASE_URL",
-                format!("postgres://bob:{SECRET}@127.0.0.1:1/app"),
-            );
-            c
-        });
+        let out = output(bin().args(args).env(
+            "DATABASE_URL",
+            format!("postgres://bob:{SECRET}@127.0.0.1:1/app"),
+        ));
         assert_eq!(code(&out), Some(3), "{args:?}: {}", stderr(&out));
         assert_one_line_error(&out, "refused");
         assert!(
@@ -378,14 +344,10 @@ fn connecting_gives_up_after_the_connect_timeout() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let started = std::time::Instant::now();
-    let out = run({
-        let mut c = bin();
-        c.args(["stats", "--connect-timeout", "300ms"]).env(
-            "DATABASE_URL",
-            format!("postgres://bob@127.0.0.1:{port}/app"),
-        );
-        c
-    });
+    let out = output(bin().args(["stats", "--connect-timeout", "300ms"]).env(
+        "DATABASE_URL",
+        format!("postgres://bob@127.0.0.1:{port}/app"),
+    ));
     assert_eq!(code(&out), Some(3), "{}", stderr(&out));
     assert_one_line_error(&out, "timeout");
     assert_eq!(
@@ -394,16 +356,15 @@ fn connecting_gives_up_after_the_connect_timeout() {
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
     // The env fallback is the same setting.
-    let out = run({
-        let mut c = bin();
-        c.arg("stats")
+    let out = output(
+        bin()
+            .arg("stats")
             .env("OUTBOXCTL_CONNECT_TIMEOUT", "200ms")
             .env(
                 "DATABASE_URL",
                 format!("postgres://bob@127.0.0.1:{port}/app"),
-            );
-        c
-    });
+            ),
+    );
     assert!(
         stderr(&out).ends_with("timed out after 200ms\n"),
         "{}",
@@ -425,32 +386,26 @@ async fn libpq_variables_are_used_without_a_url() {
             .env("OUTBOXCTL_SCHEMA", &db.schema);
     };
     for args in [&["migrate"][..], &["stats", "--json"]] {
-        let out = run({
-            let mut c = bin();
-            pg(&mut c);
-            c.args(args);
-            c
-        });
+        let mut c = bin();
+        pg(&mut c);
+        c.args(args);
+        let out = output(&mut c);
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         assert!(!format!("{}{}", stdout(&out), stderr(&out)).contains(SECRET));
     }
     let n: i64 = db.scalar("SELECT count(*) FROM outbox").await;
     assert_eq!(n, 0, "migrate created the outbox through the PG* settings");
     // An empty DATABASE_URL counts as unset.
-    let out = run({
-        let mut c = bin();
-        pg(&mut c);
-        c.env("DATABASE_URL", "").args(["stats"]);
-        c
-    });
+    let mut c = bin();
+    pg(&mut c);
+    c.env("DATABASE_URL", "").args(["stats"]);
+    let out = output(&mut c);
     assert!(out.status.success(), "{}", stderr(&out));
     // They are really read: a wrong PGPORT is the server the error names.
-    let out = run({
-        let mut c = bin();
-        pg(&mut c);
-        c.env("PGPORT", "1").env("PGUSER", "carol").arg("stats");
-        c
-    });
+    let mut c = bin();
+    pg(&mut c);
+    c.env("PGPORT", "1").env("PGUSER", "carol").arg("stats");
+    let out = output(&mut c);
     assert_eq!(code(&out), Some(3), "{}", stderr(&out));
     assert!(
         stderr(&out).starts_with(&format!(
@@ -461,14 +416,12 @@ async fn libpq_variables_are_used_without_a_url() {
         stderr(&out)
     );
     // And a URL wins over them.
-    let out = run({
-        let mut c = bin();
-        pg(&mut c);
-        c.env("PGPORT", "1")
-            .env("DATABASE_URL", base_url())
-            .arg("stats");
-        c
-    });
+    let mut c = bin();
+    pg(&mut c);
+    c.env("PGPORT", "1")
+        .env("DATABASE_URL", base_url())
+        .arg("stats");
+    let out = output(&mut c);
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
@@ -541,23 +494,23 @@ async fn on_off_environment_variables_take_the_usual_spellings() {
         ("off", false),
         ("", false),
     ] {
-        let out = run({
-            let mut c = db.cmd();
-            c.arg("stats")
+        let out = output(
+            db.cmd()
+                .arg("stats")
                 .env("OUTBOXCTL_JSON", value)
-                .env("OUTBOXCTL_QUIET", value);
-            c
-        });
+                .env("OUTBOXCTL_QUIET", value),
+        );
         assert!(out.status.success(), "{value:?}: {}", stderr(&out));
         assert_eq!(out.stdout.starts_with(b"{"), on, "OUTBOXCTL_JSON={value:?}");
     }
     // OUTBOXCTL_MIGRATE_STATUS=1 only lists: the schema is not created.
     let fresh = TestDb::unmigrated().await;
-    let out = run({
-        let mut c = fresh.cmd();
-        c.arg("migrate").env("OUTBOXCTL_MIGRATE_STATUS", "1");
-        c
-    });
+    let out = output(
+        fresh
+            .cmd()
+            .arg("migrate")
+            .env("OUTBOXCTL_MIGRATE_STATUS", "1"),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("pending"), "{}", stdout(&out));
     let created: bool = fresh
@@ -576,17 +529,16 @@ async fn verbose_names_the_database_and_where_its_settings_came_from() {
     let db = TestDb::new().await;
     let u = url::Url::parse(&base_url()).unwrap();
     let (host, port) = (u.host_str().unwrap(), u.port().unwrap_or(5432));
-    let out = run({
-        let mut c = bin();
-        c.env("PGHOST", host)
+    let out = output(
+        bin()
+            .env("PGHOST", host)
             .env("PGPORT", port.to_string())
             .env("PGUSER", u.username())
             .env("PGDATABASE", u.path().trim_start_matches('/'))
             .env("PGPASSWORD", SECRET)
             .env("OUTBOXCTL_SCHEMA", &db.schema)
-            .args(["stats", "-v"]);
-        c
-    });
+            .args(["stats", "-v"]),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     let want = format!(
@@ -604,11 +556,7 @@ async fn verbose_names_the_database_and_where_its_settings_came_from() {
     );
     assert!(!err.contains(SECRET));
     // From the URL, the line says so.
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["stats", "-v"]);
-        c
-    });
+    let out = output(db.cmd().args(["stats", "-v"]));
     let err = stderr(&out);
     assert!(
         err.lines()
@@ -616,11 +564,7 @@ async fn verbose_names_the_database_and_where_its_settings_came_from() {
         "{err}"
     );
     // Without -v, nothing.
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["stats"]);
-        c
-    });
+    let out = output(db.cmd().args(["stats"]));
     assert!(!stderr(&out).contains("connected"), "{}", stderr(&out));
 }
 
@@ -639,13 +583,12 @@ async fn a_missing_privilege_names_the_role_and_what_to_grant() {
     .await;
     let mut url = url::Url::parse(&db.url).unwrap();
     url.set_username(&role).unwrap();
-    let out = run({
-        let mut c = bin();
-        c.env("DATABASE_URL", url.as_str())
+    let out = output(
+        bin()
+            .env("DATABASE_URL", url.as_str())
             .env("OUTBOXCTL_SCHEMA", &db.schema)
-            .args(["stats"]);
-        c
-    });
+            .args(["stats"]),
+    );
     let err = stderr(&out);
     db.exec(&format!(
         "REVOKE ALL ON SCHEMA \"{s}\" FROM \"{role}\"; DROP ROLE \"{role}\";",
@@ -678,13 +621,12 @@ async fn a_schema_the_role_may_not_use_is_named_not_called_missing() {
     .await;
     let mut url = url::Url::parse(&db.url).unwrap();
     url.set_username(&role).unwrap();
-    let out = run({
-        let mut c = bin();
-        c.env("DATABASE_URL", url.as_str())
+    let out = output(
+        bin()
+            .env("DATABASE_URL", url.as_str())
             .env("OUTBOXCTL_SCHEMA", &db.schema)
-            .args(["stats"]);
-        c
-    });
+            .args(["stats"]),
+    );
     db.exec(&format!("DROP ROLE \"{role}\"")).await;
     let err = stderr(&out);
     assert_ne!(out.status.code(), Some(0), "{err}");

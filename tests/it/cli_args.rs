@@ -3,16 +3,12 @@
 //! variable, empty variables, bounded delays, dates, `-q`, and `--version`.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use clap::CommandFactory;
 use outboxctl::cli::Cli;
 
-use crate::common::{base_url, bin, stderr, stdout, TestDb};
-
-fn run(mut cmd: Command) -> Output {
-    cmd.stdin(Stdio::null()).output().unwrap()
-}
+use crate::support::{base_url, bin, output, stderr, stdout, TestDb};
 
 /// Every command path ([], ["migrate"], ["dead", "list"], ...) with the env names of its args.
 fn commands_and_env(
@@ -80,7 +76,7 @@ fn help_never_shows_an_environment_value() {
             let mut c = bin();
             let canaries = with_every_env_canary(&mut c);
             c.args(path).arg(flag);
-            let out = run(c);
+            let out = output(&mut c);
             assert!(out.status.success(), "{path:?} {flag}: {}", stderr(&out));
             assert_no_canary(&out, &canaries, &format!("{path:?} {flag}"));
             // The variable names are still listed.
@@ -108,7 +104,7 @@ fn usage_errors_never_show_an_environment_value() {
             let mut c = bin();
             let canaries = with_every_env_canary(&mut c);
             c.args(&path).args(extra);
-            let out = run(c);
+            let out = output(&mut c);
             let what = format!("{path:?} {extra:?}");
             assert_no_canary(&out, &canaries, &what);
             // The bad arguments are refused as usage errors, said on stderr (so the check above
@@ -134,39 +130,36 @@ fn usage_errors_never_show_an_environment_value() {
 
 #[test]
 fn a_bad_value_of_a_secret_carrying_variable_is_not_echoed() {
-    let out = run({
-        let mut c = bin();
-        c.args(["relay", "--once", "--sink", "http://127.0.0.1:1/"])
+    let out = output(
+        bin()
+            .args(["relay", "--once", "--sink", "http://127.0.0.1:1/"])
             .env("DATABASE_URL", base_url())
-            .env("OUTBOXCTL_HTTP_HEADERS", "Authorization Bearer tok123");
-        c
-    });
+            .env("OUTBOXCTL_HTTP_HEADERS", "Authorization Bearer tok123"),
+    );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--http-header"), "{}", stderr(&out));
     assert!(!stderr(&out).contains("tok123"), "{}", stderr(&out));
-    let out = run({
-        let mut c = bin();
-        c.args(["relay", "--once"])
+    let out = output(
+        bin()
+            .args(["relay", "--once"])
             .env("DATABASE_URL", base_url())
             .env(
                 "OUTBOXCTL_SINK",
                 "amqp://guest:sinkPW123@127.0.0.1:notaport/",
-            );
-        c
-    });
+            ),
+    );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(!stderr(&out).contains("sinkPW123"), "{}", stderr(&out));
 }
 
 #[test]
 fn usage_lines_do_not_show_environment_values_as_arguments() {
-    let out = run({
-        let mut c = bin();
-        c.arg("publish")
+    let out = output(
+        bin()
+            .arg("publish")
             .env("DATABASE_URL", base_url())
-            .env("OUTBOXCTL_EVENT_TYPE", "order.placed");
-        c
-    });
+            .env("OUTBOXCTL_EVENT_TYPE", "order.placed"),
+    );
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     let usage = err
@@ -192,22 +185,17 @@ fn an_invalid_environment_value_names_the_variable() {
         ),
         ("OUTBOXCTL_FILTER_SINCE", "colour", &["dead", "list"]),
     ] {
-        let out = run({
-            let mut c = bin();
-            c.args(args).env(var, value);
-            c
-        });
+        let out = output(bin().args(args).env(var, value));
         assert_eq!(out.status.code(), Some(2), "{var}: {}", stderr(&out));
         assert!(stderr(&out).contains(var), "{var}: {}", stderr(&out));
         assert!(!stderr(&out).contains("colour"), "{var}: {}", stderr(&out));
     }
     // A flag on the command line is not blamed on the environment.
-    let out = run({
-        let mut c = bin();
-        c.args(["relay", "--once", "--batch-size", "abc"])
-            .env("OUTBOXCTL_BATCH_SIZE", "7");
-        c
-    });
+    let out = output(
+        bin()
+            .args(["relay", "--once", "--batch-size", "abc"])
+            .env("OUTBOXCTL_BATCH_SIZE", "7"),
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(
         !stderr(&out).contains("OUTBOXCTL_BATCH_SIZE"),
@@ -220,27 +208,26 @@ fn an_invalid_environment_value_names_the_variable() {
 async fn an_empty_environment_variable_means_unset() {
     let db = TestDb::new().await;
     // Empty OUTBOXCTL_SCHEMA is the default `public` (named by the error if it has no outbox).
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["stats", "--json"]).env("OUTBOXCTL_SCHEMA", "");
-        c
-    });
+    let out = output(
+        db.cmd()
+            .args(["stats", "--json"])
+            .env("OUTBOXCTL_SCHEMA", ""),
+    );
     let text = format!("{}{}", stdout(&out), stderr(&out));
     assert!(
         text.contains("\"schema\": \"public\"") || text.contains("schema `public`"),
         "{text}"
     );
     // Empty numbers and durations take their defaults.
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["relay", "--once", "--sink", "null"])
+    let out = output(
+        db.cmd()
+            .args(["relay", "--once", "--sink", "null"])
             .env("OUTBOXCTL_BATCH_SIZE", "")
             .env("OUTBOXCTL_LEASE", "")
             .env("OUTBOXCTL_CONNECT_TIMEOUT", "")
             .env("OUTBOXCTL_VERBOSE", "")
-            .env("OUTBOXCTL_MODE", "");
-        c
-    });
+            .env("OUTBOXCTL_MODE", ""),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
@@ -258,30 +245,25 @@ fn schema_used(out: &Output) -> String {
 async fn shared_flags_before_the_subcommand_and_their_precedence() {
     let db = TestDb::new().await;
     // Before the subcommand: all four shared flags.
-    let out = run({
-        let mut c = bin();
-        c.args([
-            "--database-url",
-            &base_url(),
-            "--schema",
-            &db.schema,
-            "--connect-timeout",
-            "5s",
-            "--json",
-            "stats",
-        ]);
-        c
-    });
+    let out = output(bin().args([
+        "--database-url",
+        &base_url(),
+        "--schema",
+        &db.schema,
+        "--connect-timeout",
+        "5s",
+        "--json",
+        "stats",
+    ]));
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["schema"], db.schema.as_str());
     // Nested subcommands too.
-    let out = run({
-        let mut c = bin();
-        c.args(["--schema", &db.schema, "--json", "events", "list"])
-            .env("DATABASE_URL", base_url());
-        c
-    });
+    let out = output(
+        bin()
+            .args(["--schema", &db.schema, "--json", "events", "list"])
+            .env("DATABASE_URL", base_url()),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).starts_with('{'), "{}", stdout(&out));
 
@@ -299,7 +281,7 @@ async fn shared_flags_before_the_subcommand_and_their_precedence() {
         if let Some(a) = after {
             c.args(["--schema", a]);
         }
-        run(c)
+        output(&mut c)
     };
     let p = std::process::id();
     let (e, b, a) = (
@@ -324,11 +306,11 @@ async fn shared_flags_before_the_subcommand_and_their_precedence() {
     );
 
     // --json before beats OUTBOXCTL_JSON=0.
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["--json", "stats"]).env("OUTBOXCTL_JSON", "0");
-        c
-    });
+    let out = output(
+        db.cmd()
+            .args(["--json", "stats"])
+            .env("OUTBOXCTL_JSON", "0"),
+    );
     assert!(stdout(&out).starts_with('{'), "{}", stdout(&out));
 
     // A shared flag before a command that does not take it is refused.
@@ -336,11 +318,7 @@ async fn shared_flags_before_the_subcommand_and_their_precedence() {
         &["--json", "demo"][..],
         &["--schema", "x", "completions", "bash"],
     ] {
-        let out = run({
-            let mut c = bin();
-            c.args(args);
-            c
-        });
+        let out = output(bin().args(args));
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(out.stdout.is_empty(), "{args:?}");
     }
@@ -364,11 +342,12 @@ fn delays_and_times_are_bounded() {
         &["--delay", "100000000y"],
         &["--at", "2999-01-01T00:00:00Z"],
     ] {
-        let out = run({
-            let mut c = bin();
-            c.args(publish).args(extra).env("DATABASE_URL", base_url());
-            c
-        });
+        let out = output(
+            bin()
+                .args(publish)
+                .args(extra)
+                .env("DATABASE_URL", base_url()),
+        );
         assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", stderr(&out));
         assert!(
             stderr(&out).contains("10 years"),
@@ -382,11 +361,7 @@ fn delays_and_times_are_bounded() {
         &["events", "reschedule", "1", "--at", "2999-01-01T00:00:00Z"],
         &["dead", "list", "--since", "20000y"],
     ] {
-        let out = run({
-            let mut c = bin();
-            c.args(args);
-            c
-        });
+        let out = output(bin().args(args));
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(
             stderr(&out).contains("10 years"),
@@ -404,19 +379,17 @@ async fn a_date_alone_is_midnight_utc() {
         .await;
     db.exec("UPDATE outbox SET created_at = '2026-12-01T00:00:00Z' WHERE idempotency_key <> 'k-1'")
         .await;
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["events", "list", "--since", "2026-12-01", "--json"]);
-        c
-    });
+    let out = output(
+        db.cmd()
+            .args(["events", "list", "--since", "2026-12-01", "--json"]),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["count"], 2, "{v}");
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["events", "list", "--until", "2026-12-01", "--json"]);
-        c
-    });
+    let out = output(
+        db.cmd()
+            .args(["events", "list", "--until", "2026-12-01", "--json"]),
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["count"], 1, "{v}");
 }
@@ -445,11 +418,7 @@ async fn quiet_commands_print_no_summary() {
     ];
     for args in cases {
         for q in ["-q", "--quiet"] {
-            let out = run({
-                let mut c = db.cmd();
-                c.arg(q).args(&args);
-                c
-            });
+            let out = output(db.cmd().arg(q).args(&args));
             assert!(out.status.success(), "{args:?}: {}", stderr(&out));
             assert_eq!(stdout(&out), "", "{q} {args:?}");
             assert_eq!(stderr(&out), "", "{q} {args:?}");
@@ -469,11 +438,7 @@ async fn quiet_commands_print_no_summary() {
         vec!["events", "cancel", &id, "--yes"],
         vec!["dead", "export"],
     ] {
-        let out = run({
-            let mut c = db.cmd();
-            c.arg("-q").args(&args);
-            c
-        });
+        let out = output(db.cmd().arg("-q").args(&args));
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         assert_eq!(stdout(&out), "", "{args:?}");
         assert_eq!(stderr(&out), "", "{args:?}");
@@ -488,21 +453,13 @@ async fn quiet_commands_print_no_summary() {
         .await;
     assert_eq!(published, 4, "quiet relays still relay");
     // Data is still printed when asked for.
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["-q", "stats", "--json"]);
-        c
-    });
+    let out = output(db.cmd().args(["-q", "stats", "--json"]));
     assert!(stdout(&out).starts_with('{'));
 }
 
 #[test]
 fn version_shows_the_commit_and_build_date() {
-    let out = run({
-        let mut c = bin();
-        c.arg("--version");
-        c
-    });
+    let out = output(bin().arg("--version"));
     assert!(out.status.success());
     let v = stdout(&out);
     let head = std::process::Command::new("git")
@@ -521,11 +478,7 @@ fn version_shows_the_commit_and_build_date() {
         "{v:?}"
     );
     // Subcommands say the same.
-    let out = run({
-        let mut c = bin();
-        c.args(["relay", "--version"]);
-        c
-    });
+    let out = output(bin().args(["relay", "--version"]));
     assert_eq!(
         stdout(&out),
         v.replacen("outboxctl ", "outboxctl-relay ", 1)
@@ -534,12 +487,11 @@ fn version_shows_the_commit_and_build_date() {
 
 #[test]
 fn each_cause_of_an_error_is_printed_once() {
-    let out = run({
-        let mut c = bin();
-        c.arg("stats")
-            .env("DATABASE_URL", format!("{}?sslmode=bogus", base_url()));
-        c
-    });
+    let out = output(
+        bin()
+            .arg("stats")
+            .env("DATABASE_URL", format!("{}?sslmode=bogus", base_url())),
+    );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert_eq!(err.matches("error with configuration").count(), 1, "{err}");
@@ -576,12 +528,11 @@ fn sink_options_for_another_sink_are_refused() {
             "--kafka-property only applies",
         ),
     ] {
-        let out = run({
-            let mut c = bin();
-            c.args(["relay", "--once", "--sink", sink, flag, value])
-                .env("DATABASE_URL", base_url());
-            c
-        });
+        let out = output(
+            bin()
+                .args(["relay", "--once", "--sink", sink, flag, value])
+                .env("DATABASE_URL", base_url()),
+        );
         assert_eq!(
             out.status.code(),
             Some(2),

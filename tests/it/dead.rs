@@ -2,43 +2,8 @@
 
 use serde_json::Value;
 
-use crate::common::{stderr, stdout, TestDb};
-use crate::fixtures::{self, *};
-
-/// Five dead letters differing in every filterable field, plus non-dead rows that carry the same
-/// values and must never be selected. Returns the dead ids, newest dead first.
-pub async fn dead_fixture(db: &TestDb) -> [i64; 5] {
-    let d1 = insert(db, "order.placed", "order", "o-1", TENANT_A).await;
-    kill(
-        db,
-        d1,
-        "10 minutes",
-        "HTTP 503 Service Unavailable\n  at sink.publish",
-    )
-    .await;
-    let d2 = insert(db, "order.cancelled", "order", "o-2", TENANT_A).await;
-    kill(db, d2, "2 hours", "connection timeout after 5s").await;
-    let d3 = insert(db, "user.created", "user", "u-1", TENANT_B).await;
-    kill(db, d3, "1 day", "HTTP 400 bad payload").await;
-    let d4 = insert(db, "order_x.placed", "order", "o-1", TENANT_B).await;
-    kill(db, d4, "30 minutes", "Timeout: 50% of budget used").await;
-    let d5 = insert(db, "orderxx.placed", "order", "o-3", TENANT_A).await;
-    kill(db, d5, "5 days", "HTTP 503").await;
-
-    // Same types, aggregates and errors, but not dead.
-    let r = ready(db).await;
-    db.exec(&format!(
-        "UPDATE outbox SET last_error = 'HTTP 503 timeout', attempt_count = 2 WHERE id = {r}"
-    ))
-    .await;
-    let p = ready(db).await;
-    fixtures::publish(db, p, "1 minute").await;
-    let s = insert(db, "user.created", "user", "u-1", TENANT_B).await;
-    schedule(db, s).await;
-    let f = insert(db, "order.placed", "order", "o-1", TENANT_A).await;
-    lease(db, f).await;
-    [d1, d4, d2, d3, d5]
-}
+use crate::support::fixtures::*;
+use crate::support::{run, run_json, stderr, stdout, TestDb};
 
 #[tokio::test]
 async fn every_filter_selects_exactly_the_matching_dead_rows_in_every_command() {

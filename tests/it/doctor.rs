@@ -11,8 +11,8 @@ use async_nats::jetstream;
 use serde_json::Value;
 use sqlx::{ConnectOptions, Connection};
 
-use crate::common::{stderr, stdout, wait_until, TestDb};
-use crate::fixtures;
+use crate::support::fixtures;
+use crate::support::{stderr, stdout, wait_until, TestDb};
 
 /// `doctor --json` with `args`: the exit code and the report.
 fn doctor(db: &TestDb, args: &[&str]) -> (i32, Value) {
@@ -353,7 +353,7 @@ async fn ready_events_without_a_relay_warn_and_a_connected_relay_is_listed() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let relay = Kill(fixtures::spawn_relay(
+    let relay = Kill(crate::support::spawn_relay(
         &db,
         "lease",
         &dir.path().join("out.jsonl"),
@@ -579,7 +579,7 @@ async fn a_nats_duplicate_window_shorter_than_the_retry_horizon_warns() {
 /// test's own, dropped afterwards.
 #[tokio::test]
 async fn a_prepared_transaction_and_a_replication_slot_holding_the_horizon_are_named() {
-    let cluster = crate::pg_cluster::PgCluster::start("doctor_horizon", 18452);
+    let cluster = crate::support::servers::PgCluster::start("doctor_horizon", 18452);
     {
         let mut admin = sqlx::PgConnection::connect(&cluster.url()).await.unwrap();
         for setting in ["max_prepared_transactions = 5", "wal_level = logical"] {
@@ -662,7 +662,7 @@ async fn a_check_that_cannot_read_fails_with_the_reason_and_the_others_still_run
     let db = TestDb::new().await;
     fixtures::ready(&db).await;
     // A role that may read every table of the schema but the outbox itself.
-    let role = crate::common::TestRole::new(&db).await;
+    let role = crate::support::TestRole::new(&db).await;
     db.exec(&format!(
         "GRANT USAGE ON SCHEMA \"{s}\" TO \"{r}\";
          GRANT SELECT ON ALL TABLES IN SCHEMA \"{s}\" TO \"{r}\";

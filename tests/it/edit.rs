@@ -3,8 +3,8 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{signal, stderr, stdout, wait_until, TestDb};
-use crate::fixtures::{self, *};
+use crate::support::fixtures::{self, *};
+use crate::support::{run, run_json, signal, stderr, stdout, wait_until, TestDb};
 
 /// The columns an edit may change, and the ones it must not, of one row.
 async fn row(db: &TestDb, id: i64) -> Value {
@@ -386,7 +386,7 @@ async fn requeue_sends_the_edited_dead_event_again_with_the_same_key() {
     // A real relay delivers the new payload, under the original idempotency key.
     let dir = tempfile::tempdir().unwrap();
     let sink = dir.path().join("out.jsonl");
-    let out = crate::relay::relay_to_file(&db, outboxctl::relay::Mode::Lease, &sink)
+    let out = crate::support::relay_to_file(&db, outboxctl::relay::Mode::Lease, &sink)
         .arg("--once")
         .output()
         .unwrap();
@@ -432,7 +432,7 @@ async fn edits_racing_relays_are_published_entirely_before_or_entirely_after() {
     let all = ids(&db, "SELECT id FROM outbox").await;
     // A real HTTP endpoint that takes 150 ms per event: long enough that the lease relay's rows
     // are in flight, and the tx relay's rows locked, when some edits arrive.
-    let server = crate::http_server::TestServer::start(0, |_| {
+    let server = crate::support::servers::TestServer::start(0, |_| {
         std::thread::sleep(std::time::Duration::from_millis(150));
         (200, vec![])
     });

@@ -1,7 +1,7 @@
 //! `events list|show|cancel|reschedule`: events in every state, and the refusals.
 
-use crate::common::{stderr, stdout, TestDb};
-use crate::fixtures::{self, *};
+use crate::support::fixtures::{self, *};
+use crate::support::{run, run_json, stderr, stdout, TestDb};
 
 /// One row per state (and a ready row whose lease expired). Returns
 /// (ready, expired_lease, scheduled, in_flight, published, dead).

@@ -5,12 +5,12 @@
 
 use std::process::Output;
 
-use crate::common::{stderr, stdout, TestDb};
-use crate::http_server::TestServer;
+use crate::support::servers::TestServer;
+use crate::support::{stderr, stdout, TestDb};
 
 /// The shared server's URL as `role`.
 fn url_as(role: &str) -> String {
-    let mut u = url::Url::parse(&crate::common::base_url()).unwrap();
+    let mut u = url::Url::parse(&crate::support::base_url()).unwrap();
     u.set_username(role).unwrap();
     u.set_password(None).unwrap();
     u.to_string()

@@ -9,8 +9,8 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::common::{signal, stderr, stdout, wait_until, TestDb};
-use crate::http_server::TestServer;
+use crate::support::servers::TestServer;
+use crate::support::{signal, stderr, stdout, wait_until, TestDb};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -295,7 +295,7 @@ async fn sigterm_mid_batch_settles_in_flight_and_releases_unstarted_claims() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let log = crate::common::capture(child.stderr.take().unwrap());
+    let log = crate::support::capture(child.stderr.take().unwrap());
     wait_until(
         Duration::from_secs(10),
         "two publishes in flight",
@@ -470,7 +470,7 @@ async fn tx_mode_gives_back_unstarted_rows_with_their_previous_error() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let log = crate::common::capture(child.stderr.take().unwrap());
+    let log = crate::support::capture(child.stderr.take().unwrap());
     wait_until(
         Duration::from_secs(10),
         "two publishes in flight",

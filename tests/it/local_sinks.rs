@@ -5,7 +5,8 @@ use std::io::BufRead;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{stderr, wait_until, TestDb};
+use crate::support::servers::Tmpfs;
+use crate::support::{stderr, wait_until, TestDb};
 
 /// Rows that any relay touched: an attempt counted, an error stored, or marked.
 async fn touched(db: &TestDb) -> i64 {
@@ -96,43 +97,6 @@ async fn a_daemon_on_a_closed_stdout_stops_cleanly() {
     }
 }
 
-/// A tmpfs of `size` mounted for the test; unmounted on drop, also when the test fails.
-pub(crate) struct Tmpfs {
-    pub(crate) dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    pub(crate) fn mount(size: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mount -t tmpfs (the tests run as root)");
-        Self { dir }
-    }
-
-    pub(crate) fn resize(&self, size: &str) {
-        let ok = std::process::Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(self.dir.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "remount");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg(self.dir.path())
-            .status();
-    }
-}
-
 #[tokio::test]
 async fn a_full_disk_leaves_no_half_line_and_charges_nothing() {
     for mode in ["tx", "lease"] {
@@ -205,7 +169,7 @@ async fn a_full_disk_leaves_no_half_line_and_charges_nothing() {
         fs.resize("4m");
         let out = run();
         assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
-        let ids = crate::common::ids_in_file(&path);
+        let ids = crate::support::ids_in_file(&path);
         let unique: std::collections::HashSet<i64> = ids.iter().copied().collect();
         assert_eq!((ids.len(), unique.len()), (2000, 2000), "{mode}");
         let max_attempts: i32 = db.scalar("SELECT max(attempt_count) FROM outbox").await;
@@ -328,7 +292,7 @@ async fn insert_ready(db: &TestDb, prefix: &str, n: i64) {
 /// path, and writes every later event to the new file: nothing lost, nothing written twice.
 #[tokio::test]
 async fn sighup_reopens_the_file_after_a_rotation_and_never_stops_the_relay() {
-    use crate::common::{capture, ids_in_file, signal};
+    use crate::support::{capture, ids_in_file, signal};
     let db = TestDb::new().await;
     insert_ready(&db, "a", 5).await;
     let dir = tempfile::tempdir().unwrap();
@@ -405,7 +369,7 @@ async fn sighup_reopens_the_file_after_a_rotation_and_never_stops_the_relay() {
 /// SIGHUP to a relay whose sink has no file: logged, and the relay carries on relaying.
 #[tokio::test]
 async fn sighup_is_harmless_for_other_sinks() {
-    use crate::common::{capture, signal};
+    use crate::support::{capture, signal};
     let db = TestDb::new().await;
     let mut relay = db
         .cmd()

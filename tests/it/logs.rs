@@ -1,8 +1,8 @@
 //! What reaches stderr: outboxctl's own lines only by default and at -v/-vv/-vvv; never a payload
 //! byte (not even as a library's decimal dump of a message); a bad log filter is a usage error.
 
-use crate::common::{bin, stderr, stdout, TestDb};
-use crate::http_server::TestServer;
+use crate::support::servers::TestServer;
+use crate::support::{bin, stderr, stdout, TestDb};
 
 const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 

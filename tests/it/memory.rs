@@ -8,7 +8,7 @@ use outboxctl::db::relay::{self as sql, BatchLimit, Sizing};
 use sqlx::Connection;
 use uuid::Uuid;
 
-use crate::common::{ids_in_file, signal, stderr, stdout, wait_until, TestDb};
+use crate::support::{ids_in_file, signal, stderr, stdout, wait_until, TestDb};
 
 /// Inserts `n` ready rows whose payload is `{"s": TEXT}`, TEXT from `sql_text` (evaluated per row,
 /// `g` the row number), claimed in id order.

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{capture, signal, stderr, wait_until, TestDb};
-use crate::http_server::TestServer;
+use crate::support::servers::TestServer;
+use crate::support::{capture, promtool_check, signal, stderr, wait_until, TestDb};
 
 /// A running relay daemon; killed on drop (also when the test fails).
 struct Daemon {
@@ -134,30 +134,6 @@ fn value(text: &str, name: &str) -> Option<f64> {
     (!s.is_empty()).then(|| s.iter().sum())
 }
 
-fn promtool(text: &str) {
-    use std::io::Write;
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test]
 async fn counters_match_what_the_sink_received_and_promtool_accepts_the_scrape() {
     let db = TestDb::new().await;
@@ -177,7 +153,7 @@ async fn counters_match_what_the_sink_received_and_promtool_accepts_the_scrape()
     });
     let d = Daemon::start(
         db.cmd(),
-        crate::common::port(18400),
+        crate::support::port(18400),
         &[
             "--sink",
             &server.url(),
@@ -261,7 +237,7 @@ async fn counters_match_what_the_sink_received_and_promtool_accepts_the_scrape()
     assert_eq!(info.1["version"], env!("CARGO_PKG_VERSION"));
     assert!(!info.1["commit"].is_empty());
     assert_eq!(info.2, 1.0);
-    promtool(&text);
+    promtool_check(&text);
 
     assert_eq!(d.get("/livez").await, Some((200, "ok\n".into())));
     assert_eq!(d.get("/readyz").await, Some((200, "ok\n".into())));
@@ -299,7 +275,7 @@ impl Proxy {
                 };
                 let task = tokio::spawn(async move {
                     if let Ok(mut outbound) =
-                        tokio::net::TcpStream::connect(crate::common::db_addr()).await
+                        tokio::net::TcpStream::connect(crate::support::db_addr()).await
                     {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                     }
@@ -346,12 +322,12 @@ impl Drop for Proxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_is_503_while_the_database_is_unreachable_and_200_after() {
     let db = TestDb::new().await;
-    let proxy = Proxy::start(crate::common::port(18402)).await;
+    let proxy = Proxy::start(crate::support::port(18402)).await;
     let mut cmd = db.cmd();
     cmd.env("DATABASE_URL", proxy.url());
     let d = Daemon::start(
         cmd,
-        crate::common::port(18401),
+        crate::support::port(18401),
         &[
             "--sink",
             "null",
@@ -388,10 +364,10 @@ async fn readyz_is_503_while_the_database_is_unreachable_and_200_after() {
 async fn readyz_is_503_while_the_sink_circuit_is_open_and_200_after() {
     let db = TestDb::new().await;
     db.seed_ready(5).await;
-    let sink_port = crate::common::port(18404);
+    let sink_port = crate::support::port(18404);
     let d = Daemon::start(
         db.cmd(),
-        crate::common::port(18403),
+        crate::support::port(18403),
         &[
             "--sink",
             &format!("http://127.0.0.1:{sink_port}/events"),
@@ -429,7 +405,7 @@ async fn readyz_is_503_while_the_sink_circuit_is_open_and_200_after() {
     let text = d.wait_metric("outboxctl_events_published_total", 5.0).await;
     assert_eq!(value(&text, "outboxctl_sink_circuit_open"), Some(0.0));
     assert_eq!(accepted.load(Ordering::SeqCst), 5);
-    promtool(&text);
+    promtool_check(&text);
 }
 
 #[tokio::test]
@@ -440,7 +416,7 @@ async fn livez_is_200_while_the_loop_runs_and_503_when_it_is_wedged() {
     cmd.env("OUTBOXCTL_TEST_FAILPOINT", "hang-after-publish");
     let d = Daemon::start(
         cmd,
-        crate::common::port(18405),
+        crate::support::port(18405),
         &[
             "--sink",
             "null",
@@ -518,14 +494,14 @@ async fn bad_metrics_addr_is_a_usage_error_and_a_port_in_use_a_clear_one() {
             "--sink",
             "null",
             "--metrics-addr",
-            &format!("127.0.0.1:{}", crate::common::port(18406)),
+            &format!("127.0.0.1:{}", crate::support::port(18406)),
         ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--once"), "{}", stderr(&out));
 
-    let _taken = std::net::TcpListener::bind(("127.0.0.1", crate::common::port(18407))).unwrap();
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", crate::support::port(18407))).unwrap();
     let out = db
         .cmd()
         .args([
@@ -533,7 +509,7 @@ async fn bad_metrics_addr_is_a_usage_error_and_a_port_in_use_a_clear_one() {
             "--sink",
             "null",
             "--metrics-addr",
-            &format!("127.0.0.1:{}", crate::common::port(18407)),
+            &format!("127.0.0.1:{}", crate::support::port(18407)),
         ])
         .output()
         .unwrap();
@@ -547,7 +523,7 @@ async fn bad_metrics_addr_is_a_usage_error_and_a_port_in_use_a_clear_one() {
     assert!(
         err.starts_with(&format!(
             "error: cannot listen on --metrics-addr 127.0.0.1:{}",
-            crate::common::port(18407)
+            crate::support::port(18407)
         )) && err.to_lowercase().contains("in use"),
         "{err}"
     );
@@ -556,7 +532,7 @@ async fn bad_metrics_addr_is_a_usage_error_and_a_port_in_use_a_clear_one() {
 #[tokio::test]
 async fn sigterm_stops_the_server_with_the_relay() {
     let db = TestDb::new().await;
-    let mut d = Daemon::start(db.cmd(), crate::common::port(18408), &["--sink", "null"]);
+    let mut d = Daemon::start(db.cmd(), crate::support::port(18408), &["--sink", "null"]);
     d.wait_status("/readyz", 200, Duration::from_secs(30)).await;
     signal(&d.child, "TERM");
     assert!(d.child.wait().unwrap().success());
@@ -735,17 +711,17 @@ async fn the_kubernetes_stats_check_fails_its_job_on_the_first_dead_letter() {
         out.status.code(),
         Some(0),
         "no dead letter: {}",
-        crate::common::stdout(&out)
+        crate::support::stdout(&out)
     );
 
-    let id = crate::fixtures::ready(&db).await;
-    crate::fixtures::kill(&db, id, "1 minute", "HTTP 500").await;
+    let id = crate::support::fixtures::ready(&db).await;
+    crate::support::fixtures::kill(&db, id, "1 minute", "HTTP 500").await;
     let out = run(&db);
     assert_eq!(
         out.status.code(),
         Some(2),
         "one dead letter must fail the Job (CRITICAL): {args:?}: {}",
-        crate::common::stdout(&out)
+        crate::support::stdout(&out)
     );
 }
 
@@ -769,7 +745,7 @@ async fn the_lag_gauge_counts_lateness_not_age() {
     .await;
     let d = Daemon::start(
         db.cmd(),
-        crate::common::port(18408),
+        crate::support::port(18408),
         &["--sink", "null", "--poll-interval", "60s"],
     );
     let text = d.wait_metric("outboxctl_backlog_scheduled", 2.0).await;

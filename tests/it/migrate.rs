@@ -1,4 +1,4 @@
-use crate::common::{stderr, stdout, TestDb};
+use crate::support::{stderr, stdout, TestDb};
 
 #[tokio::test]
 async fn fresh_apply_creates_the_seed_schema_and_rerun_is_a_no_op() {
@@ -194,7 +194,7 @@ async fn status_lists_pending_then_applied_and_changes_nothing() {
 #[test]
 fn system_schemas_are_refused_by_every_command_before_connecting() {
     // Nothing listens on this port: a command that got as far as connecting would exit 3.
-    let closed = crate::common::ClosedPort::new();
+    let closed = crate::support::servers::ClosedPort::new();
     let nowhere = format!("postgres://postgres@127.0.0.1:{}/test", closed.port);
     let nowhere = nowhere.as_str();
     for schema in [
@@ -212,7 +212,7 @@ fn system_schemas_are_refused_by_every_command_before_connecting() {
             &["events", "list"],
             &["relay", "--once", "--sink", "null"],
         ] {
-            let out = crate::common::bin()
+            let out = crate::support::bin()
                 .args(args)
                 .args(["--schema", schema])
                 .env("DATABASE_URL", nowhere)
@@ -239,7 +239,7 @@ fn system_schemas_are_refused_by_every_command_before_connecting() {
 #[tokio::test]
 async fn an_up_to_date_migrate_needs_only_read_access() {
     let db = TestDb::new().await;
-    let role = crate::common::TestRole::new(&db).await;
+    let role = crate::support::TestRole::new(&db).await;
     db.exec(&format!(
         "GRANT USAGE ON SCHEMA \"{s}\" TO \"{r}\";
          GRANT SELECT ON ALL TABLES IN SCHEMA \"{s}\" TO \"{r}\"",

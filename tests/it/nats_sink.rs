@@ -2,7 +2,7 @@
 
 use async_nats::jetstream;
 
-use crate::common::{stderr, stdout, TestDb};
+use crate::support::{stderr, stdout, TestDb};
 
 const NATS: &str = "127.0.0.1:4222";
 

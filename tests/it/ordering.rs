@@ -9,19 +9,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{capture, stderr, stdout, wait_until, TestDb};
-use crate::fixtures::{run, run_json};
-use crate::http_server::TestServer;
+use crate::support::servers::TestServer;
+use crate::support::{capture, run, run_json, stderr, stdout, wait_until, TestDb};
 
 /// Ports of this module's own HTTP consumers.
 fn port_causal() -> u16 {
-    crate::common::port(18760)
+    crate::support::port(18760)
 }
 fn port_poison() -> u16 {
-    crate::common::port(18761)
+    crate::support::port(18761)
 }
 fn port_skip() -> u16 {
-    crate::common::port(18762)
+    crate::support::port(18762)
 }
 
 async fn pending(db: &TestDb) -> i64 {
@@ -184,7 +183,7 @@ async fn causal_order_holds_under_faults_with_four_relays() {
             >= total / 4
     })
     .await;
-    crate::common::signal(&relays.0[0], "KILL");
+    crate::support::signal(&relays.0[0], "KILL");
     let _ = relays.0[0].wait();
     for p in producers {
         p.await.unwrap();
@@ -399,7 +398,7 @@ async fn a_poison_head_blocks_its_key_until_requeued_or_skipped() {
     assert_eq!(stats["blocked_keys"], 0, "{stats}");
     // Skipping again: not a head any more (exit 1, one line).
     let out = run(&db, &["ordering", "skip", &skip_head.to_string()], 1);
-    assert!(crate::common::stderr(&out).contains("is not a head to skip"));
+    assert!(crate::support::stderr(&out).contains("is not a head to skip"));
 
     // --on-dead skip: the key moves on past its dead head by itself.
     let _ = port_skip();
@@ -455,7 +454,7 @@ async fn enabling_while_a_relay_runs_takes_effect_without_a_restart() {
     wait_until(
         Duration::from_secs(10),
         "the unordered row published",
-        || async { crate::common::ids_in_file(&file).contains(&later) },
+        || async { crate::support::ids_in_file(&file).contains(&later) },
     )
     .await;
 
@@ -478,11 +477,11 @@ async fn enabling_while_a_relay_runs_takes_effect_without_a_restart() {
     .await;
     let next = insert(&db, "order", "k2", 2, false).await;
     wait_until(Duration::from_secs(15), "k2 published", || async {
-        let ids = crate::common::ids_in_file(&file);
+        let ids = crate::support::ids_in_file(&file);
         ids.contains(&head) && ids.contains(&next)
     })
     .await;
-    let ids = crate::common::ids_in_file(&file);
+    let ids = crate::support::ids_in_file(&file);
     let pos = |id| ids.iter().position(|x| *x == id).unwrap();
     assert!(
         pos(head) < pos(next),
@@ -563,7 +562,7 @@ async fn many_keys_with_one_event_each_and_unordered_types_beside_them() {
         ],
         0,
     );
-    let seen = crate::fixtures::deliveries(&[file.as_path()]);
+    let seen = crate::support::deliveries(&[file.as_path()]);
     assert_eq!(seen.len(), 100_000);
     assert!(seen.values().all(|n| *n == 1), "each exactly once");
     assert_eq!(pending(&db).await, 0);
@@ -749,10 +748,10 @@ async fn the_ordered_claim_is_planned_once_per_connection() {
 
 /// Port of the metrics test's relay (`--metrics-addr`) and its HTTP consumer.
 fn port_metrics() -> u16 {
-    crate::common::port(18763)
+    crate::support::port(18763)
 }
 fn port_metrics_sink() -> u16 {
-    crate::common::port(18764)
+    crate::support::port(18764)
 }
 
 /// A blocked key shows in the relay's metrics: `outboxctl_ordering_blocked_keys` and
@@ -1186,7 +1185,7 @@ async fn the_ordered_claim_locks_and_updates_by_tid_whatever_the_statistics_say(
                 format!("{args}, 30000000, gen_random_uuid())"),
             ),
         ] {
-            crate::common::assert_tid_lookup(
+            crate::support::plans::assert_tid_lookup(
                 &mut c,
                 &format!("{name}, {stats_when}"),
                 &sql,
@@ -1419,7 +1418,7 @@ async fn a_head_skipped_after_its_lease_ran_out_is_not_settled_by_the_old_claim(
         ],
         0,
     );
-    assert_eq!(crate::common::ids_in_file(&file), vec![next]);
+    assert_eq!(crate::support::ids_in_file(&file), vec![next]);
 }
 
 /// Issue 31: the commands that change dead letters (`requeue`, `dead discard`, `prune
@@ -1497,7 +1496,7 @@ async fn dead_letter_commands_beside_an_open_ordered_claim() {
                     ],
                     0,
                 );
-                assert_eq!(crate::common::ids_in_file(&file), vec![b], "{op}");
+                assert_eq!(crate::support::ids_in_file(&file), vec![b], "{op}");
             }
             _ => assert_eq!(state, vec![(a, true, false), (c, true, false)], "{op}"),
         }

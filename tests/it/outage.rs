@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{capture, signal, stderr, wait_until, TestDb};
-use crate::http_server::TestServer;
+use crate::support::servers::TestServer;
+use crate::support::{capture, signal, stderr, wait_until, TestDb};
 
 /// A daemon with a backoff schedule far shorter than the outages below: with --max-attempts 3 and
 /// per-row backoff of 50-200 ms, the old behaviour dead-letters every row within a second.
@@ -77,7 +77,7 @@ async fn delivered_untouched(db: &TestDb, server: &TestServer, n: i64) {
 async fn refused_connections_longer_than_the_backoff_schedule_dead_letter_nothing() {
     let db = TestDb::new().await;
     db.seed_ready(50).await;
-    let closed = crate::common::ClosedPort::new();
+    let closed = crate::support::servers::ClosedPort::new();
     let url = format!("http://127.0.0.1:{}/events", closed.port);
     let mut child = daemon(&db, &url);
     let log = capture(child.stderr.take().unwrap());
@@ -167,7 +167,7 @@ async fn a_503_on_every_event_is_an_outage_not_a_failure_of_each() {
 async fn once_during_an_outage_gives_back_and_exits_5() {
     let db = TestDb::new().await;
     db.seed_ready(30).await;
-    let closed = crate::common::ClosedPort::new();
+    let closed = crate::support::servers::ClosedPort::new();
     let url = format!("http://127.0.0.1:{}/events", closed.port);
     let out = db
         .cmd()

@@ -1,8 +1,8 @@
 //! Payloads pass through every command digit for digit, and no payload breaks a list (issue 22,
 //! items 1 and 2): commands read the stored JSON as text, never as `f64`s.
 
-use crate::common::{stderr, stdout, TestDb};
-use crate::fixtures::*;
+use crate::support::fixtures::*;
+use crate::support::{run, run_json, stderr, stdout, TestDb};
 
 /// The payload of the issue: a decimal with more digits than an f64 holds, and an integer past
 /// u64.

@@ -16,8 +16,8 @@ use outboxctl::sink::{Event, Outcome, PublishCtl, Sink, SinkError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{ids_in_file, signal, stderr, wait_until, TestDb};
-use crate::relay::relay_to_file;
+use crate::support::relay_to_file;
+use crate::support::{ids_in_file, signal, stderr, wait_until, TestDb};
 
 const MODES: [Mode; 2] = [Mode::Lease, Mode::Tx];
 const BATCH: u32 = 100;

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::common::{base_url, bin, signal, stderr, stdout, wait_until, TestDb};
+use crate::support::{base_url, bin, signal, stderr, stdout, wait_until, TestDb};
 
 /// Runs `cmd` with stderr (and, if `both`, stdout) on a real pipe whose reader is already gone.
 fn with_closed_stderr(mut cmd: Command, both: bool) -> Output {
@@ -114,7 +114,7 @@ async fn the_demo_drops_its_schema_on_sigint() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let err = crate::common::capture(child.stderr.take().unwrap());
+    let err = crate::support::capture(child.stderr.take().unwrap());
     // Interrupt while it waits for the delayed event (the schema exists and holds events).
     wait_until(
         Duration::from_secs(60),

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{stderr, stdout, TestDb};
+use crate::support::{stderr, stdout, TestDb};
 
 #[derive(Clone, Copy, Debug)]
 enum Lang {

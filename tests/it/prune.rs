@@ -3,8 +3,10 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::common::{signal, stderr, stdout, wait_until, TestDb};
-use crate::fixtures::*;
+use crate::support::fixtures::*;
+use crate::support::{
+    deliveries, run, run_json, signal, spawn_relay, stderr, stdout, wait_until, TestDb,
+};
 
 /// `n` events published `ago`; returns their ids.
 async fn published(db: &TestDb, n: i64, ago: &str) -> Vec<i64> {
@@ -700,7 +702,7 @@ async fn every_batch_statement_deletes_by_tid_whatever_the_statistics_say() {
                 "audit" => "outbox_audit",
                 other => other,
             };
-            crate::common::assert_tid_lookup(
+            crate::support::plans::assert_tid_lookup(
                 &mut c,
                 &format!("prune {table}, {stats_when}"),
                 sql,
@@ -753,7 +755,7 @@ async fn a_prune_after_a_drain_under_stale_statistics_deletes_every_batch_by_tid
             ),
             audit.id.map_or("NULL".to_owned(), |i| i.to_string()),
         );
-        crate::common::assert_tid_lookup(
+        crate::support::plans::assert_tid_lookup(
             &mut c,
             &format!("batch {}", batches + 1),
             outboxctl::db::prune::DELETE_PUBLISHED,

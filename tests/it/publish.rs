@@ -2,17 +2,13 @@
 //! every kind of bad input leaving the table exactly as it was.
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::common::{stderr, stdout, TestDb};
+use crate::support::{output, stderr, stdout, TestDb};
 
 const NIL: &str = "00000000-0000-0000-0000-000000000000";
-
-fn run(mut cmd: Command) -> Output {
-    cmd.stdin(Stdio::null()).output().unwrap()
-}
 
 /// Runs `publish ARGS` with `input` on stdin.
 fn run_stdin(db: &TestDb, args: &[&str], input: Vec<u8>) -> Output {
@@ -71,30 +67,26 @@ async fn every_flag_is_stored_in_its_column() {
     let tenant = "6f9619ff-8b86-d011-b42d-00cf4fc964ff";
     // Numbers beyond f64 precision must reach the table digit for digit.
     let payload = r#"{"total": 1200, "big": 123456789012345678901234567890, "pi": 3.14159265358979323846264338327950288, "s": "é\"x"}"#;
-    let out = run({
-        let mut c = db.cmd();
-        c.args([
-            "publish",
-            "--event-type",
-            "order.placed",
-            "--aggregate-type",
-            "order",
-            "--aggregate-id",
-            "42",
-            "--tenant",
-            tenant,
-            "--payload",
-            payload,
-            "--header",
-            "schema-version=1",
-            "--header",
-            "trace=a=b",
-            "--idempotency-key",
-            "order.placed:42",
-            "--json",
-        ]);
-        c
-    });
+    let out = output(db.cmd().args([
+        "publish",
+        "--event-type",
+        "order.placed",
+        "--aggregate-type",
+        "order",
+        "--aggregate-id",
+        "42",
+        "--tenant",
+        tenant,
+        "--payload",
+        payload,
+        "--header",
+        "schema-version=1",
+        "--header",
+        "trace=a=b",
+        "--idempotency-key",
+        "order.placed:42",
+        "--json",
+    ]));
     let v = json_out(&out);
     assert_eq!(v["inserted"], 1);
     assert_eq!(v["duplicates"], 0);
@@ -161,23 +153,22 @@ async fn human_output_and_payload_from_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let body = dir.path().join("body.json");
     std::fs::write(&body, "{\n  \"lines\": [1, 2],\n  \"n\": 1.50\n}\n").unwrap();
-    let out = run({
-        let mut c = db.cmd();
-        c.args([
-            "publish",
-            "--event-type",
-            "a",
-            "--aggregate-type",
-            "b",
-            "--aggregate-id",
-            "c",
-            "--idempotency-key",
-            "k-file",
-        ])
-        .arg("--payload")
-        .arg(format!("@{}", body.display()));
-        c
-    });
+    let out = output(
+        db.cmd()
+            .args([
+                "publish",
+                "--event-type",
+                "a",
+                "--aggregate-type",
+                "b",
+                "--aggregate-id",
+                "c",
+                "--idempotency-key",
+                "k-file",
+            ])
+            .arg("--payload")
+            .arg(format!("@{}", body.display())),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let id: i64 = db.scalar("SELECT id FROM outbox").await;
     assert_eq!(
@@ -194,21 +185,17 @@ async fn human_output_and_payload_from_a_file() {
 async fn defaults_are_a_fresh_uuid_key_and_the_nil_tenant() {
     let db = TestDb::new().await;
     for _ in 0..2 {
-        let out = run({
-            let mut c = db.cmd();
-            c.args([
-                "publish",
-                "--event-type",
-                "a",
-                "--aggregate-type",
-                "b",
-                "--aggregate-id",
-                "c",
-                "--payload",
-                "{}",
-            ]);
-            c
-        });
+        let out = output(db.cmd().args([
+            "publish",
+            "--event-type",
+            "a",
+            "--aggregate-type",
+            "b",
+            "--aggregate-id",
+            "c",
+            "--payload",
+            "{}",
+        ]));
         assert!(out.status.success(), "{}", stderr(&out));
     }
     let rows: Vec<(String, String)> =
@@ -228,23 +215,19 @@ async fn defaults_are_a_fresh_uuid_key_and_the_nil_tenant() {
 async fn delay_is_added_to_the_database_clock() {
     let db = TestDb::new().await;
     let before: chrono::DateTime<chrono::Utc> = db.scalar("SELECT now()").await;
-    let out = run({
-        let mut c = db.cmd();
-        c.args([
-            "publish",
-            "--event-type",
-            "a",
-            "--aggregate-type",
-            "b",
-            "--aggregate-id",
-            "c",
-            "--payload",
-            "{}",
-            "--delay",
-            "1h 2m 3s 4ms 5us",
-        ]);
-        c
-    });
+    let out = output(db.cmd().args([
+        "publish",
+        "--event-type",
+        "a",
+        "--aggregate-type",
+        "b",
+        "--aggregate-id",
+        "c",
+        "--payload",
+        "{}",
+        "--delay",
+        "1h 2m 3s 4ms 5us",
+    ]));
     assert!(out.status.success(), "{}", stderr(&out));
     let after: chrono::DateTime<chrono::Utc> = db.scalar("SELECT now()").await;
     let (created, exact): (chrono::DateTime<chrono::Utc>, bool) = db
@@ -263,21 +246,17 @@ async fn delay_is_added_to_the_database_clock() {
         "created_at comes from the database clock: {before} <= {created} <= {after}"
     );
     // And the env fallback does the same.
-    let out = run({
-        let mut c = db.cmd();
-        c.env("OUTBOXCTL_DELAY", "90s").args([
-            "publish",
-            "--event-type",
-            "a",
-            "--aggregate-type",
-            "b",
-            "--aggregate-id",
-            "d",
-            "--payload",
-            "{}",
-        ]);
-        c
-    });
+    let out = output(db.cmd().env("OUTBOXCTL_DELAY", "90s").args([
+        "publish",
+        "--event-type",
+        "a",
+        "--aggregate-type",
+        "b",
+        "--aggregate-id",
+        "d",
+        "--payload",
+        "{}",
+    ]));
     assert!(out.status.success(), "{}", stderr(&out));
     let ok: bool = db
         .scalar("SELECT available_at - created_at = interval '90 seconds' FROM outbox WHERE aggregate_id = 'd'")
@@ -288,23 +267,19 @@ async fn delay_is_added_to_the_database_clock() {
 #[tokio::test]
 async fn at_sets_available_at_exactly() {
     let db = TestDb::new().await;
-    let out = run({
-        let mut c = db.cmd();
-        c.args([
-            "publish",
-            "--event-type",
-            "a",
-            "--aggregate-type",
-            "b",
-            "--aggregate-id",
-            "c",
-            "--payload",
-            "{}",
-            "--at",
-            "2031-05-06T07:08:09.123456+02:00",
-        ]);
-        c
-    });
+    let out = output(db.cmd().args([
+        "publish",
+        "--event-type",
+        "a",
+        "--aggregate-type",
+        "b",
+        "--aggregate-id",
+        "c",
+        "--payload",
+        "{}",
+        "--at",
+        "2031-05-06T07:08:09.123456+02:00",
+    ]));
     assert!(out.status.success(), "{}", stderr(&out));
     let ok: bool = db
         .scalar("SELECT available_at = '2031-05-06T05:08:09.123456Z'::timestamptz FROM outbox")
@@ -333,7 +308,7 @@ async fn a_duplicate_key_is_skipped_counted_and_leaves_the_first_row() {
         if json {
             c.arg("--json");
         }
-        run(c)
+        output(&mut c)
     };
     assert!(publish(r#"{"v":1}"#, false).status.success());
     let state = table_state(&db).await;
@@ -370,11 +345,7 @@ async fn bulk_lines_use_every_key() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("events.jsonl");
     std::fs::write(&file, input).unwrap();
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["publish", "--json", "--file"]).arg(&file);
-        c
-    });
+    let out = output(db.cmd().args(["publish", "--json", "--file"]).arg(&file));
     let v = json_out(&out);
     assert_eq!((&v["inserted"], &v["duplicates"]), (&json!(4), &json!(0)));
     let lines: Vec<i64> = v["events"]
@@ -511,11 +482,7 @@ async fn bulk_100k_lines_from_a_file_and_the_json_ids_match_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("events.jsonl");
     std::fs::write(&file, many_lines(100_000)).unwrap();
-    let out = run({
-        let mut c = db.cmd();
-        c.args(["publish", "--json", "--file"]).arg(&file);
-        c
-    });
+    let out = output(db.cmd().args(["publish", "--json", "--file"]).arg(&file));
     let v = json_out(&out);
     assert_eq!(
         (&v["inserted"], &v["duplicates"]),
@@ -678,12 +645,11 @@ async fn a_bad_line_anywhere_is_named_exits_2_and_leaves_the_table_as_it_was() {
         let outputs = if i % 2 == 0 {
             let file = dir.path().join(format!("{i}.jsonl"));
             std::fs::write(&file, &input).unwrap();
-            vec![run({
-                let mut c = db.cmd();
-                c.args(["publish", "--batch-size", "2", "--file"])
-                    .arg(&file);
-                c
-            })]
+            vec![output(
+                db.cmd()
+                    .args(["publish", "--batch-size", "2", "--file"])
+                    .arg(&file),
+            )]
         } else {
             vec![run_stdin(&db, &["--batch-size", "2", "--file", "-"], input)]
         };
@@ -800,11 +766,7 @@ async fn every_bad_flag_is_named_exits_2_and_changes_nothing() {
     ];
     let mut failures = Vec::new();
     for (extra, want) in &cases {
-        let out = run({
-            let mut c = db.cmd();
-            c.arg("publish").args(ok).args(extra);
-            c
-        });
+        let out = output(db.cmd().arg("publish").args(ok).args(extra));
         let err = stderr(&out);
         if out.status.code() != Some(2) || !err.starts_with("error: ") || !err.contains(want) {
             failures.push(format!(
@@ -838,11 +800,7 @@ async fn every_bad_flag_is_named_exits_2_and_changes_nothing() {
             "cannot read --file /nonexistent/events.jsonl",
         ),
     ] {
-        let out = run({
-            let mut c = db.cmd();
-            c.args(&args);
-            c
-        });
+        let out = output(db.cmd().args(&args));
         let err = stderr(&out);
         if out.status.code() != Some(2) || !err.contains(want) {
             failures.push(format!(
@@ -861,7 +819,7 @@ async fn a_directory_as_file_exits_2_saying_so_and_inserts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = db.cmd();
     cmd.args(["publish", "--file"]).arg(dir.path());
-    let out = run(cmd);
+    let out = output(&mut cmd);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
@@ -922,7 +880,7 @@ async fn a_value_over_a_postgresql_size_limit_exits_2_naming_its_lines_and_inser
             "--idempotency-key",
             &key,
         ]);
-    let out = run(cmd);
+    let out = output(&mut cmd);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("PostgreSQL rejected the event as too large: index row size"),
@@ -1021,7 +979,7 @@ async fn a_payload_too_large_for_jsonb_exits_2_naming_its_line_and_inserts_nothi
     }
     let mut cmd = db.cmd();
     cmd.args(["publish", "--file"]).arg(&path);
-    let out = run(cmd);
+    let out = output(&mut cmd);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "one line: {err}");

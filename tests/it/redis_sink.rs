@@ -1,6 +1,6 @@
 //! The Redis Streams sink against the real Redis on 127.0.0.1:6379.
 
-use crate::common::{stderr, TestDb};
+use crate::support::{stderr, TestDb};
 
 #[tokio::test]
 async fn appends_every_event_to_the_stream_with_its_dedup_id() {
@@ -89,9 +89,11 @@ async fn redis_down_is_retried_not_dead_lettered() {
 async fn a_redis_slower_than_half_a_second_but_within_the_publish_timeout_is_published() {
     let db = TestDb::new().await;
     db.seed_ready(30).await;
-    let slow =
-        crate::net_delay::NetDelay::start("127.0.0.1:6379", std::time::Duration::from_millis(800))
-            .await;
+    let slow = crate::support::net_delay::NetDelay::start(
+        "127.0.0.1:6379",
+        std::time::Duration::from_millis(800),
+    )
+    .await;
     let stream = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
     let mut cmd = db.cmd();
     cmd.args(["relay", "--once", "--json", "--mode", "lease"])

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::common::{base_url, bin, stderr, stdout, TestDb};
-use crate::fixtures::{self, TENANT_A};
+use crate::support::fixtures::{self, TENANT_A};
+use crate::support::{base_url, bin, stderr, stdout, TestDb};
 
 /// Where `v` breaks `schema` (a subset of JSON Schema: what schemars emits for the report
 /// types), as `path: problem` lines. A key the schema does not name is a problem: it would be

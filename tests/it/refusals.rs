@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{capture, port, signal, stderr, wait_until, TestDb};
-use crate::faults::servers::ChildServer;
-use crate::http_server::TestServer;
+use crate::support::servers::ChildServer;
+use crate::support::servers::TestServer;
+use crate::support::{capture, port, signal, stderr, wait_until, TestDb};
 
 /// Rows that are neither published nor dead and carry no trace of a publish: no attempt
 /// counted, no error, no lease.
@@ -270,7 +270,7 @@ async fn redis_noauth_and_readonly_are_outages_that_charge_nothing() {
     // A replica of a master that is not there: it refuses writes.
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
-        .arg(crate::common::port(18802))
+        .arg(crate::support::port(18802))
         .query(&mut r)
         .unwrap();
     let out = once(

@@ -13,7 +13,9 @@ use outboxctl::sink::Sink;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::common::{ids_in_file, signal, stderr, stdout, wait_until, TestDb};
+use crate::support::{
+    client_ports, ids_in_file, relay_to_file, signal, stderr, stdout, wait_until, TestDb,
+};
 
 const MODES: [Mode; 2] = [Mode::Lease, Mode::Tx];
 
@@ -52,26 +54,6 @@ fn rows(n: i64) -> sql::BatchLimit {
         rows: n,
         bytes: outboxctl::relay::DEFAULT_BATCH_BYTES as i64,
         sizing: sql::Sizing::Share,
-    }
-}
-
-/// The real binary's relay in `mode`, appending JSON lines to the file `sink`.
-pub(crate) fn relay_to_file(
-    db: &TestDb,
-    mode: Mode,
-    sink: &std::path::Path,
-) -> std::process::Command {
-    let mut c = db.cmd();
-    c.args(["relay", "--mode", mode_flag(mode)])
-        .arg("--sink")
-        .arg(format!("file:{}", sink.display()));
-    c
-}
-
-pub(crate) fn mode_flag(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Lease => "lease",
-        Mode::Tx => "tx",
     }
 }
 
@@ -159,7 +141,7 @@ async fn claim_uses_the_ready_index_not_published_history() {
         ] {
             let what = format!("{name} {sizing:?}");
             for (mode, plan) in
-                crate::common::explain_custom_and_generic(&mut c, &what, &claim, args).await
+                crate::support::plans::explain_custom_and_generic(&mut c, &what, &claim, args).await
             {
                 let text = plan.to_string();
                 let what = format!("{what} {mode}");
@@ -654,7 +636,7 @@ async fn once_exit_codes_for_unreachable_database_and_sink() {
     let untouched: i64 = db.scalar("SELECT count(*) FROM outbox WHERE attempt_count = 0 AND last_error IS NULL AND dead_lettered_at IS NULL").await;
     assert_eq!(untouched, 3, "an unreachable sink charges no attempt");
 
-    let out = crate::common::bin()
+    let out = crate::support::bin()
         .args(["relay", "--once", "--connect-timeout", "2s"])
         .env("DATABASE_URL", "postgres://bob:hunter2@127.0.0.1:9/x")
         .output()
@@ -716,55 +698,6 @@ async fn survives_pg_terminate_backend_mid_run() {
         let ids: HashSet<i64> = ids_in_file(&path).into_iter().collect();
         assert_eq!(ids.len(), 6_000, "{mode:?}: every event reached the sink");
     }
-}
-
-/// The local ports of `child`'s TCP connections (Linux /proc), to find its server backends in
-/// pg_stat_activity.client_port.
-pub(crate) fn client_ports(child: &std::process::Child) -> Vec<i32> {
-    socket_ports(child, 1)
-}
-
-/// The remote ports of `child`'s established TCP connections (Linux /proc): what it is
-/// connected to (a listening socket has no remote port).
-pub(crate) fn server_ports(child: &std::process::Child) -> Vec<i32> {
-    socket_ports(child, 2)
-        .into_iter()
-        .filter(|&p| p != 0)
-        .collect()
-}
-
-/// One port column (1: local, 2: remote) of `child`'s TCP connections in /proc/PID/net/tcp*.
-fn socket_ports(child: &std::process::Child, column: usize) -> Vec<i32> {
-    let pid = child.id();
-    let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|dir| {
-            dir.filter_map(Result::ok)
-                .filter_map(|e| std::fs::read_link(e.path()).ok())
-                .filter_map(|l| {
-                    l.to_str()
-                        .and_then(|s| s.strip_prefix("socket:["))
-                        .map(|s| s.trim_end_matches(']').to_owned())
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut ports = Vec::new();
-    for table in ["tcp", "tcp6"] {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            if cols.len() > 9 && inodes.contains(cols[9]) {
-                if let Some(port) = cols[column]
-                    .rsplit(':')
-                    .next()
-                    .and_then(|p| i32::from_str_radix(p, 16).ok())
-                {
-                    ports.push(port);
-                }
-            }
-        }
-    }
-    ports
 }
 
 #[tokio::test]
@@ -957,7 +890,7 @@ async fn claims_update_by_tid_whatever_the_statistics_say() {
                     "(30000000, gen_random_uuid(), NULL, NULL)",
                 ),
             ] {
-                crate::common::assert_tid_lookup(
+                crate::support::plans::assert_tid_lookup(
                     &mut c,
                     &format!("{name} {sizing:?}, {stats_when}"),
                     &sql,
@@ -1114,7 +1047,7 @@ async fn auto_mode_picks_tx_for_sinks_that_publish_a_batch_within_one_timeout() 
     )
     .await
     .unwrap();
-    let http = crate::http_server::TestServer::start(0, |_| (200, vec![]));
+    let http = crate::support::servers::TestServer::start(0, |_| (200, vec![]));
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("auto.jsonl");
     let cases = [

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use outboxctl::relay::Mode;
 
-use crate::common::{capture, ids_in_file, signal, stderr, wait_until, TestDb};
-use crate::pg_cluster::PgCluster;
-use crate::relay::{client_ports, relay_to_file};
+use crate::support::servers::PgCluster;
+use crate::support::{capture, ids_in_file, signal, stderr, wait_until, TestDb};
+use crate::support::{client_ports, relay_to_file};
 
 const EVENTS: i64 = 20_000;
 const BATCH: usize = 500;

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use outboxctl::relay::Mode;
 
-use crate::common::{capture, signal, stderr, stdout, wait_until, TestDb};
-use crate::http_server::TestServer;
-use crate::relay::{mode_flag, relay_to_file};
+use crate::support::servers::TestServer;
+use crate::support::{capture, signal, stderr, stdout, wait_until, TestDb};
+use crate::support::{mode_flag, relay_to_file};
 
 /// Parses every line as a JSON object in the flat shape: lower-case `level`, a `message`,
 /// fields beside them (no nested `fields`/`span`).
@@ -118,7 +118,7 @@ async fn json_logs_cover_every_daemon_line_including_summary_and_second_signal()
     assert_eq!(summary[0]["message"], "relay finished");
     assert_eq!(summary[0]["mode"], "tx");
     assert_eq!(summary[0]["published"], 3);
-    let out = crate::common::bin()
+    let out = crate::support::bin()
         .args([
             "relay",
             "--once",

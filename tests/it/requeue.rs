@@ -1,9 +1,8 @@
 //! `requeue`: what it resets, what it keeps, its audit trail, its selection, and that it is safe
 //! against itself.
 
-use crate::common::{stderr, stdout, TestDb};
-use crate::dead::dead_fixture;
-use crate::fixtures::*;
+use crate::support::fixtures::*;
+use crate::support::{deliveries, run, run_json, spawn_relay, stderr, stdout, TestDb};
 
 type Ts = chrono::DateTime<chrono::Utc>;
 
@@ -345,7 +344,7 @@ async fn requeue_while_two_relays_run_publishes_each_requeued_event_exactly_once
         "each dead row requeued by exactly one of the two"
     );
 
-    crate::common::wait_until(
+    crate::support::wait_until(
         std::time::Duration::from_secs(120),
         "every event published",
         || async {
@@ -356,7 +355,7 @@ async fn requeue_while_two_relays_run_publishes_each_requeued_event_exactly_once
     )
     .await;
     for r in relays {
-        crate::common::signal(&r, "TERM");
+        crate::support::signal(&r, "TERM");
         let out = r.wait_with_output().unwrap();
         assert!(out.status.success(), "{}", stderr(&out));
     }

@@ -10,8 +10,8 @@ use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties};
 
-use crate::common::{stderr, stdout, TestDb};
-use crate::http_server::TestServer;
+use crate::support::servers::TestServer;
+use crate::support::{stderr, stdout, TestDb};
 
 const TENANT: &str = "6f9619ff-8b86-d011-b42d-00cf4fc964ff";
 

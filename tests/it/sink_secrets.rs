@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::common::{stderr, stdout, wait_until, TestDb};
+use crate::support::{stderr, stdout, wait_until, TestDb};
 
 /// A server process this test started; killed and reaped on drop, also when the test fails.
 struct Server(Child);
@@ -75,7 +75,7 @@ async fn assert_hidden(db: &TestDb, sink: &str, secret: &str) -> String {
 
 #[tokio::test]
 async fn nats_auth_failure_never_shows_the_password() {
-    let port = crate::common::port(18310);
+    let port = crate::support::port(18310);
     let _server = start(
         Command::new("nats-server")
             .args(["-a", "127.0.0.1", "-p", &port.to_string()])
@@ -112,7 +112,7 @@ async fn nats_auth_failure_never_shows_the_password() {
 
 #[tokio::test]
 async fn redis_auth_failure_never_shows_the_password() {
-    let port = crate::common::port(18311);
+    let port = crate::support::port(18311);
     let _server = start(
         Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -158,7 +158,7 @@ async fn http_auth_failure_and_refused_connections_never_show_the_password_or_qu
     let db = TestDb::new().await;
     db.seed_ready(2).await;
     let pw = canary();
-    let server = crate::http_server::TestServer::start(0, |_| (401, vec![]));
+    let server = crate::support::servers::TestServer::start(0, |_| (401, vec![]));
     let err = assert_hidden(
         &db,
         &format!("http://bob:{pw}@127.0.0.1:{}/in?token={pw}", server.port),

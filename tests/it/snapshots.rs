@@ -16,7 +16,7 @@ use clap_complete::Shell;
 use outboxctl::cli::Cli;
 use outboxctl::cmd::completions;
 
-use crate::common::{bin, stderr};
+use crate::support::{bin, stderr};
 
 fn updating() -> bool {
     std::env::var_os("UPDATE_SNAPSHOTS").is_some_and(|v| v == "1")

@@ -6,17 +6,17 @@
 
 use std::time::Duration;
 
-use crate::common::{stderr, stdout, wait_until, TestDb};
-use crate::pg_cluster::{debian_bin, OwnCluster};
+use crate::support::servers::{debian_bin, OwnCluster};
+use crate::support::{stderr, stdout, wait_until, TestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_commands_work_on_a_hot_standby_and_writing_ones_refuse() {
-    let primary = OwnCluster::start(&debian_bin(), crate::common::port(18773), |_| {});
+    let primary = OwnCluster::start(&debian_bin(), crate::support::port(18773), |_| {});
     let db = TestDb::new_at(&primary.url()).await;
     db.seed_ready(5).await;
     db.exec("UPDATE outbox SET dead_lettered_at = now(), last_error = 'x' WHERE id = 1")
         .await;
-    let standby = OwnCluster::standby_of(&primary, crate::common::port(18774));
+    let standby = OwnCluster::standby_of(&primary, crate::support::port(18774));
     let on_standby = sqlx::PgPool::connect_lazy(&standby.url()).unwrap();
     let run = |args: &[&str]| {
         let out = db
@@ -107,7 +107,7 @@ async fn reading_commands_work_on_a_hot_standby_and_writing_ones_refuse() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let log = crate::common::capture(relay.stderr.take().unwrap());
+    let log = crate::support::capture(relay.stderr.take().unwrap());
     let said = |log: &std::sync::Mutex<String>| {
         log.lock()
             .unwrap()
@@ -141,7 +141,7 @@ async fn reading_commands_work_on_a_hot_standby_and_writing_ones_refuse() {
         },
     )
     .await;
-    crate::common::signal(&relay, "TERM");
+    crate::support::signal(&relay, "TERM");
     assert!(relay.wait().unwrap().success());
     let log = log.lock().unwrap().clone();
     assert_eq!(

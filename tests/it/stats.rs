@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use outboxctl::db::stats::GroupBy;
 use serde_json::Value;
 
-use crate::common::{stderr, stdout, TestDb};
+use crate::support::{stderr, stdout, TestDb};
 
 const FIGURES: [&str; 12] = [
     "ready",

@@ -3,41 +3,15 @@
 //! (validated by the real `promtool check metrics`), `--output` (atomic file for node_exporter's
 //! textfile collector), and `migrate --check`.
 
-use std::io::Write;
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 
-use crate::common::{bin, stderr, stdout, TestDb};
-use crate::fixtures;
+use crate::support::fixtures;
+use crate::support::{bin, output, promtool_check, stderr, stdout, TestDb};
 
 fn run(db: &TestDb, args: &[&str]) -> Output {
-    db.cmd().args(args).stdin(Stdio::null()).output().unwrap()
-}
-
-/// `promtool check metrics` on `text`: panics with promtool's complaints unless it is clean.
-/// promtool ships in Debian's `prometheus` package (`.ci/run` installs it).
-pub fn promtool_check(text: &str) {
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (apt-get install prometheus)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool rejects the exposition:\n{}{}\n---\n{text}",
-        stdout(&out),
-        stderr(&out)
-    );
+    output(db.cmd().args(args))
 }
 
 /// The value of the sample whose name and labels are exactly `series`.
@@ -279,7 +253,7 @@ async fn check_is_unknown_for_bad_arguments_errors_and_an_unreachable_database()
         "--by",
     );
     // The database unreachable (nothing listens on this port of our range).
-    let closed = crate::common::ClosedPort::new();
+    let closed = crate::support::servers::ClosedPort::new();
     let out = bin()
         .args([
             "stats",

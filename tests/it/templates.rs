@@ -2,8 +2,8 @@
 //! key): an unknown placeholder is refused at start (exit 2) naming it and listing the valid ones;
 //! in an `--http-header` value it is not named (a header's value may be a credential).
 
-use crate::common::{stderr, TestDb};
-use crate::http_server::TestServer;
+use crate::support::servers::TestServer;
+use crate::support::{stderr, TestDb};
 
 const VALID: &str =
     "{id}, {idempotency_key}, {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}";

@@ -7,8 +7,8 @@
 
 use serde_json::Value;
 
-use crate::common::TestDb;
-use crate::fixtures::kill;
+use crate::support::fixtures::kill;
+use crate::support::TestDb;
 
 /// Clears the screen, retitles the window, rings the bell; then a C1 CSI, DEL, a tab, a newline.
 const EVIL: &str = "\u{1b}[2J\u{1b}]0;pwned\u{7}\u{9b}31m\u{7f}\tx\ny";

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{stderr, stdout};
-use crate::pg_cluster::{debian_bin, OwnCluster};
+use crate::support::servers::{debian_bin, OwnCluster};
+use crate::support::{stderr, stdout};
 
 const PASSWORD: &str = "tls-s3cret-pw";
 
@@ -116,7 +116,7 @@ impl Certs {
 
 /// The TLS cluster: hostssl only (`certuser` by certificate, everyone else by SCRAM password).
 fn tls_cluster(certs: &Certs) -> OwnCluster {
-    let cluster = OwnCluster::start(&debian_bin(), crate::common::port(18772), |c| {
+    let cluster = OwnCluster::start(&debian_bin(), crate::support::port(18772), |c| {
         c.write("server.crt", &certs.read("server.crt"), 0o644);
         c.write("server.key", &certs.read("server.key"), 0o600);
         c.write("ca.crt", &certs.read("ca.crt"), 0o644);
@@ -141,7 +141,7 @@ fn tls_cluster(certs: &Certs) -> OwnCluster {
 /// `outboxctl ARGS` with `env` (and nothing else of the environment's database settings):
 /// (exit code, stdout + stderr).
 fn run(env: &[(&str, String)], args: &[&str]) -> (Option<i32>, String) {
-    let mut c = crate::common::bin();
+    let mut c = crate::support::bin();
     for var in [
         "DATABASE_URL",
         "PGHOST",

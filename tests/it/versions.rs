@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::common::{stderr, stdout, TestDb};
-use crate::pg_cluster::OwnCluster as Server;
+use crate::support::servers::OwnCluster as Server;
+use crate::support::{stderr, stdout, TestDb};
 
 /// The majors `.ci/pg-versions` unpacks: one below the supported range, then the supported ones
 /// beside the machine's own 15.
@@ -25,7 +25,7 @@ const FETCHED: [u32; 5] = [13, 14, 16, 17, 18];
 /// The unpacked servers by major, or `None` (said) when `OUTBOXCTL_TEST_PG_VERSIONS` is unset.
 fn servers(test: &str) -> Option<BTreeMap<u32, PathBuf>> {
     let Ok(dir) = std::env::var("OUTBOXCTL_TEST_PG_VERSIONS") else {
-        crate::common::say_skipped(
+        crate::support::say_skipped(
             test,
             "OUTBOXCTL_TEST_PG_VERSIONS is unset (run .ci/pg-versions DIR and set it to DIR)",
         );
@@ -67,7 +67,7 @@ async fn a_server_older_than_the_minimum_is_refused_at_connect() {
     let old: Vec<(&u32, &PathBuf)> = servers.iter().filter(|(m, _)| **m < min).collect();
     assert!(!old.is_empty(), "no server older than {min} to refuse");
     for (major, bin) in old {
-        let server = Server::start(bin, crate::common::port(18770), |_| {});
+        let server = Server::start(bin, crate::support::port(18770), |_| {});
         let db = TestDb::unmigrated_at(&server.url()).await;
         for args in [
             &["migrate"][..],
@@ -105,7 +105,7 @@ async fn every_command_works_on_each_supported_version() {
     };
     let min = outboxctl::db::MIN_SERVER_MAJOR;
     for (major, bin) in servers.iter().filter(|(m, _)| **m >= min) {
-        let server = Server::start(bin, crate::common::port(18771), |_| {});
+        let server = Server::start(bin, crate::support::port(18771), |_| {});
         smoke(&server, *major).await;
     }
 }
@@ -193,7 +193,7 @@ async fn smoke(server: &Server, v: u32) {
         v,
     );
     assert_eq!(
-        crate::common::ids_in_file(&lease).len(),
+        crate::support::ids_in_file(&lease).len(),
         3,
         "{v}: lease relay"
     );

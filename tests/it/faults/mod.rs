@@ -17,7 +17,6 @@
 
 mod http;
 mod scenarios;
-pub(crate) mod servers;
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Child, Command, Stdio};
@@ -27,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{capture, TestDb};
+use crate::support::{capture, TestDb};
 
 /// Events per scenario: `OUTBOXCTL_FAULTS_EVENTS`, default 3000 (the short form CI runs). A value
 /// that is not a positive number fails the scenario instead of silently running another load.
@@ -570,7 +569,7 @@ impl Relays {
     /// SIGTERM to all, and every one exits 0.
     pub fn stop(&mut self) {
         for c in &self.children {
-            crate::common::signal(c, "TERM");
+            crate::support::signal(c, "TERM");
         }
         let logs = self.logs();
         for (i, c) in self.children.iter_mut().enumerate() {

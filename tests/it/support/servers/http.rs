@@ -48,7 +48,7 @@ impl TestServer {
         )
     }
 
-    /// Serves on a listener already bound (e.g. [`crate::common::ClosedPort::listen`]: the port a
+    /// Serves on a listener already bound (e.g. [`crate::support::servers::ClosedPort::listen`]: the port a
     /// test refused connections on until now, never released in between).
     pub fn start_on<F>(listener: TcpListener, respond: F) -> Self
     where

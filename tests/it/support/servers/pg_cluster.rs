@@ -15,10 +15,10 @@ pub struct PgCluster {
 impl PgCluster {
     /// Creates and starts cluster `name` on `port` (trust auth on localhost), first dropping a
     /// leftover of the same name from an aborted run. Each test uses its own name and port.
-    /// `port` and `name` are shifted by `OUTBOXCTL_TEST_PORT_OFFSET` ([`crate::common::port`]).
+    /// `port` and `name` are shifted by `OUTBOXCTL_TEST_PORT_OFFSET` ([`crate::support::port`]).
     pub fn start(name: &str, port: u16) -> Self {
-        let port = crate::common::port(port);
-        let name = &match crate::common::port_offset() {
+        let port = crate::support::port(port);
+        let name = &match crate::support::port_offset() {
             0 => name.to_owned(),
             o => format!("{name}_{o}"),
         };

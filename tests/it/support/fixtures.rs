@@ -2,9 +2,8 @@
 //! events, prune). States are set with SQL relative to the database's now(), never by sleeping.
 
 use serde_json::Value;
-use std::process::Output;
 
-use crate::common::{stderr, stdout, TestDb};
+use super::TestDb;
 
 pub const TENANT_A: &str = "00000000-0000-0000-0000-00000000000a";
 pub const TENANT_B: &str = "00000000-0000-0000-0000-00000000000b";
@@ -123,27 +122,6 @@ pub async fn snapshot(db: &TestDb) -> String {
     .await
 }
 
-/// Runs the binary with `args`, asserting the exit code; returns the output.
-pub fn run(db: &TestDb, args: &[&str], code: i32) -> Output {
-    let out = db.cmd().args(args).output().expect("run outboxctl");
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "outboxctl {}\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        stdout(&out),
-        stderr(&out)
-    );
-    out
-}
-
-/// Runs the binary and parses its stdout as JSON (exit code 0 expected).
-pub fn run_json(db: &TestDb, args: &[&str]) -> Value {
-    let out = run(db, args, 0);
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", stdout(&out)))
-}
-
 /// The `id`s of a JSON list's `events`, in order.
 pub fn event_ids(v: &Value) -> Vec<i64> {
     v["events"]
@@ -152,38 +130,6 @@ pub fn event_ids(v: &Value) -> Vec<i64> {
         .iter()
         .map(|e| e["id"].as_i64().unwrap())
         .collect()
-}
-
-/// A relay daemon writing JSON lines to `path`, in `mode` (lease or tx), with small batches so
-/// that it is still publishing while a test does something else.
-pub fn spawn_relay(db: &TestDb, mode: &str, path: &std::path::Path) -> std::process::Child {
-    db.cmd()
-        .args([
-            "relay",
-            "--mode",
-            mode,
-            "--batch-size",
-            "20",
-            "--poll-interval",
-            "100ms",
-        ])
-        .arg("--sink")
-        .arg(format!("file:{}", path.display()))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn relay")
-}
-
-/// How often each id occurs in the JSON-lines sink files.
-pub fn deliveries(paths: &[&std::path::Path]) -> std::collections::HashMap<i64, usize> {
-    let mut seen = std::collections::HashMap::new();
-    for p in paths {
-        for id in crate::common::ids_in_file(p) {
-            *seen.entry(id).or_insert(0) += 1;
-        }
-    }
-    seen
 }
 
 /// The highest attempt count of the outbox and how many of its rows are dead letters: what a
@@ -196,3 +142,72 @@ pub async fn max_attempts_and_dead(db: &TestDb) -> (i32, i64) {
     .await
     .expect("attempts and dead letters")
 }
+
+/// Five dead letters differing in every filterable field, plus non-dead rows that carry the same
+/// values and must never be selected. Returns the dead ids, newest dead first.
+pub async fn dead_fixture(db: &TestDb) -> [i64; 5] {
+    let d1 = insert(db, "order.placed", "order", "o-1", TENANT_A).await;
+    kill(
+        db,
+        d1,
+        "10 minutes",
+        "HTTP 503 Service Unavailable\n  at sink.publish",
+    )
+    .await;
+    let d2 = insert(db, "order.cancelled", "order", "o-2", TENANT_A).await;
+    kill(db, d2, "2 hours", "connection timeout after 5s").await;
+    let d3 = insert(db, "user.created", "user", "u-1", TENANT_B).await;
+    kill(db, d3, "1 day", "HTTP 400 bad payload").await;
+    let d4 = insert(db, "order_x.placed", "order", "o-1", TENANT_B).await;
+    kill(db, d4, "30 minutes", "Timeout: 50% of budget used").await;
+    let d5 = insert(db, "orderxx.placed", "order", "o-3", TENANT_A).await;
+    kill(db, d5, "5 days", "HTTP 503").await;
+
+    // Same types, aggregates and errors, but not dead.
+    let r = ready(db).await;
+    db.exec(&format!(
+        "UPDATE outbox SET last_error = 'HTTP 503 timeout', attempt_count = 2 WHERE id = {r}"
+    ))
+    .await;
+    let p = ready(db).await;
+    publish(db, p, "1 minute").await;
+    let s = insert(db, "user.created", "user", "u-1", TENANT_B).await;
+    schedule(db, s).await;
+    let f = insert(db, "order.placed", "order", "o-1", TENANT_A).await;
+    lease(db, f).await;
+    [d1, d4, d2, d3, d5]
+}
+
+/// Seed 000's DDL, verbatim (migrations/0001_outbox.sql has the same statements).
+pub const SEED_DDL: &str = "
+CREATE TABLE outbox (
+  id                bigserial    PRIMARY KEY,
+  tenant_id         uuid         NOT NULL,
+  aggregate_type    text         NOT NULL,
+  aggregate_id      text         NOT NULL,
+  event_type        text         NOT NULL,
+  payload           jsonb        NOT NULL,
+  headers           jsonb        NOT NULL DEFAULT '{}'::jsonb,
+  idempotency_key   text         NOT NULL,
+  created_at        timestamptz  NOT NULL DEFAULT now(),
+  available_at      timestamptz  NOT NULL DEFAULT now(),
+  locked_until      timestamptz,
+  attempt_count     integer      NOT NULL DEFAULT 0,
+  published_at      timestamptz,
+  dead_lettered_at  timestamptz,
+  last_error        text,
+  CONSTRAINT outbox_idempotency_key_key UNIQUE (idempotency_key)
+);
+
+-- The only index the relay's claim query needs. Partial => stays small.
+CREATE INDEX outbox_ready_idx
+  ON outbox (available_at, id)
+  WHERE published_at IS NULL AND dead_lettered_at IS NULL;
+
+CREATE TABLE processed_messages (
+  consumer     text        NOT NULL,
+  message_id   text        NOT NULL,
+  processed_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (consumer, message_id)
+);
+";

@@ -4,31 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Waits until something accepts TCP connections on `port` (or panics after `timeout`).
-pub fn wait_port(port: u16, timeout: Duration, what: &str) {
-    let deadline = Instant::now() + timeout;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not listen on {port} within {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Waits until nothing accepts TCP connections on `port` any more.
-pub fn wait_port_closed(port: u16, timeout: Duration, what: &str) {
-    let deadline = Instant::now() + timeout;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} still listening on {port} after {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use super::{wait_port, wait_port_closed};
 
 fn kill(pid: u32, sig: &str) {
     let _ = Command::new("kill")
@@ -318,7 +296,7 @@ impl PgBouncer {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let d = dir.path().display();
-        let (host, pg_port) = crate::common::db_host_port();
+        let (host, pg_port) = crate::support::db_host_port();
         std::fs::write(dir.path().join("users.txt"), "\"postgres\" \"\"\n").unwrap();
         std::fs::write(
             dir.path().join("pgbouncer.ini"),
