@@ -24,8 +24,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::checker::{relay_cmd, Checker, Load, Relays, DEPTH};
 use super::http::{Behaviour, Consumer};
-use super::{relay_cmd, Checker, Load, Relays, DEPTH};
 use crate::support::servers::{debian_bin, OwnCluster, PgCluster};
 use crate::support::servers::{file_deliveries, ChildServer, MovingAddress, PgBouncer, RabbitNode};
 use crate::support::{signal, wait_until, TestDb};

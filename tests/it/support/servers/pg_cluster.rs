@@ -106,7 +106,7 @@ fn run(cmd: &mut Command) {
 }
 
 /// A cluster made with `initdb` from the server binaries in `bin/` of a given directory (another
-/// PostgreSQL version's, [`crate::versions`]; or the machine's own, [`debian_bin`]) in a directory
+/// PostgreSQL version's, [`crate::database::versions`]; or the machine's own, [`debian_bin`]) in a directory
 /// of the test's own, on its own port, stopped (immediately) on drop. When the tests run as root
 /// the cluster belongs to `nobody` (initdb refuses root). Trust authentication until a test's
 /// `configure` (run between `initdb` and the start) writes its own `pg_hba.conf`; the local

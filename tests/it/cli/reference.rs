@@ -1,5 +1,5 @@
 //! What keeps the generated reference pages true beyond the snapshot of their text
-//! (tests/it/snapshots.rs):
+//! (tests/it/cli/snapshots.rs):
 //!
 //! - every `--json` output that docs/reference/json.md documents is produced by the real binary
 //!   against a real database, and checked against the schema the page is generated from (so a

@@ -540,7 +540,7 @@ async fn migrate_check_exits_6_while_migrations_are_pending() {
 
 #[tokio::test]
 async fn migrate_check_exits_6_for_an_adoptable_seed_table_and_2_for_a_conflicting_one() {
-    let ddl = include_str!("../../migrations/0001_outbox.sql");
+    let ddl = include_str!("../../../migrations/0001_outbox.sql");
     let db = TestDb::unmigrated().await;
     db.exec(&format!(
         "CREATE SCHEMA \"{0}\"; SET search_path TO \"{0}\"; {ddl}",
