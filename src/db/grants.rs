@@ -1,9 +1,9 @@
 //! Least privilege: what each use of outboxctl needs on the outbox's schema, as GRANT statements.
 //!
 //! The table below is the one place this is written: `outboxctl grants` prints (or applies) it,
-//! docs/least-privilege.md describes it, and tests/it/grants.rs runs each use's commands as a role
-//! that has only these grants. `migrate` and `ordering enable/disable` (which build and drop an
-//! index) need the schema's owner; `demo` and `bench` make schemas of their own.
+//! docs/least-privilege.md describes it, and tests/it/database/grants.rs runs each use's commands
+//! as a role that has only these grants. `migrate` and `ordering enable/disable` (which build and
+//! drop an index) need the schema's owner; `demo` and `bench` make schemas of their own.
 
 use sqlx::PgConnection;
 

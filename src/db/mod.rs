@@ -305,7 +305,8 @@ fn connect_error(cfg: &DbConfig, err: impl std::fmt::Display) -> CodedError {
 /// The oldest PostgreSQL major version outboxctl runs on: the relay's claims size rows with
 /// `pg_column_compression` (PostgreSQL 14), so below it `migrate` would succeed and every relay
 /// then fail. Every command refuses such a server at connect instead. The supported range,
-/// [`MIN_SERVER_MAJOR`] to 18, is what CI's version smoke runs against (tests/it/versions.rs).
+/// [`MIN_SERVER_MAJOR`] to 18, is what CI's version smoke runs against
+/// (tests/it/database/versions.rs).
 pub const MIN_SERVER_MAJOR: u32 = 14;
 
 /// A `server_version_num` as people write it: `13.23` (from 10 on), `9.6.24` before.

@@ -1,6 +1,6 @@
 //! docs/reference/environment.md: every environment variable outboxctl reads. The flags' own
 //! variables come from the `clap::Command`; the few read elsewhere are listed in [`OTHER`], and a
-//! test (tests/it/reference.rs) fails when the source reads a variable that neither names.
+//! test (tests/it/cli/reference.rs) fails when the source reads a variable that neither names.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -2,8 +2,8 @@
 //! schemars derives from the report types themselves (their fields, types and doc comments,
 //! honouring their serde attributes). Each command module lists its outputs next to the code
 //! that prints them (`json_outputs()`); a test runs each of those commands against a real
-//! database and checks its output against the schema (tests/it/reference.rs), so a shape printed
-//! by hand (a streamed list) cannot drift from the type that documents it.
+//! database and checks its output against the schema (tests/it/cli/reference.rs), so a shape
+//! printed by hand (a streamed list) cannot drift from the type that documents it.
 
 use std::fmt::Write;
 

@@ -4,7 +4,7 @@
 //! prometheus`, and the JSON schemas of the `--json` report types.
 //!
 //! Like the completion scripts, the generated files are committed, and a test
-//! (`tests/it/snapshots.rs`) fails when one of them differs from what this module produces:
+//! (`tests/it/cli/snapshots.rs`) fails when one of them differs from what this module produces:
 //!
 //! ```text
 //! UPDATE_SNAPSHOTS=1 cargo test --test it snapshots::

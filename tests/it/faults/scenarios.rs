@@ -24,11 +24,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::checker::{relay_cmd, Checker, Load, Relays, DEPTH};
 use super::http::{Behaviour, Consumer};
-use super::servers::{file_deliveries, ChildServer, MovingAddress, PgBouncer, RabbitNode};
-use super::{relay_cmd, Checker, Load, Relays, DEPTH};
-use crate::common::{signal, wait_until, TestDb};
-use crate::pg_cluster::{debian_bin, OwnCluster, PgCluster};
+use crate::support::servers::{debian_bin, OwnCluster, PgCluster};
+use crate::support::servers::{file_deliveries, ChildServer, MovingAddress, PgBouncer, RabbitNode};
+use crate::support::{signal, wait_until, TestDb};
 
 const SETTLE: Duration = Duration::from_secs(180);
 
@@ -36,7 +36,7 @@ const SETTLE: Duration = Duration::from_secs(180);
 async fn terminate_backends(db: &TestDb, children: &[Child]) -> i64 {
     let ports: Vec<i32> = children
         .iter()
-        .flat_map(crate::relay::client_ports)
+        .flat_map(crate::support::client_ports)
         .collect();
     sqlx::query_scalar(
         "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
@@ -53,7 +53,7 @@ async fn terminate_backends(db: &TestDb, children: &[Child]) -> i64 {
 async fn held_claim_in_tx(db: &TestDb, victim: &Child) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let ports = crate::relay::client_ports(victim);
+        let ports = crate::support::client_ports(victim);
         let open: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity
               WHERE client_port = ANY($1) AND xact_start IS NOT NULL
@@ -95,7 +95,7 @@ async fn kill_9_of_one_of_four_relays_mid_batch() {
             "a request of the victim held",
             || {
                 // Read each time: the victim may open a connection while held.
-                let held = consumer.holding(&crate::relay::client_ports(&victim));
+                let held = consumer.holding(&crate::support::client_ports(&victim));
                 async move { held }
             },
         )
@@ -290,13 +290,13 @@ async fn postgres_restart_during_a_drain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_to_a_promoted_standby() {
     for mode in ["lease", "tx"] {
-        let primary = OwnCluster::start(&debian_bin(), crate::common::port(18775), |_| {});
+        let primary = OwnCluster::start(&debian_bin(), crate::support::port(18775), |_| {});
         let address = MovingAddress::start(primary.port).await;
         let mut ck = Checker::new(
             TestDb::new_at(&address.url()).await,
             &format!("failover ({mode})"),
         );
-        let standby = OwnCluster::standby_of(&primary, crate::common::port(18776));
+        let standby = OwnCluster::standby_of(&primary, crate::support::port(18776));
         let consumer = Consumer::start();
         // Producers go on through the failover, as an application would (retrying its
         // transactions while the database is away or read-only).
@@ -544,7 +544,7 @@ impl PublishTap {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_down_and_frozen() {
-    let port = crate::common::port(18341);
+    let port = crate::support::port(18341);
     let mut nats = ChildServer::nats(port);
     for (fault, mode) in broker_runs() {
         let prefix = format!("f{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
@@ -607,7 +607,7 @@ async fn nats_down_and_frozen() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_and_frozen() {
-    let port = crate::common::port(18342);
+    let port = crate::support::port(18342);
     let mut redis_server = ChildServer::redis(port);
     for (fault, mode) in broker_runs() {
         let stream = format!("faults-{}", uuid::Uuid::new_v4().simple());
@@ -690,7 +690,7 @@ async fn amqp_messages(url: &str, queue: &str) -> Vec<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_down_and_frozen() {
-    let node = RabbitNode::start(crate::common::port(18343), crate::common::port(18344));
+    let node = RabbitNode::start(crate::support::port(18343), crate::support::port(18344));
     for (fault, mode) in broker_runs() {
         let queue = format!("faults-{}", uuid::Uuid::new_v4().simple());
         {
@@ -761,8 +761,8 @@ async fn rabbitmq_down_and_frozen() {
 /// again after [`HOLD`]; the deliveries are the union of both reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_down_and_frozen() {
-    use crate::kafka_sink::{read_all, start_broker};
-    let kport: u16 = crate::common::port(18703);
+    use crate::support::servers::kafka::{read_all, start_broker};
+    let kport: u16 = crate::support::port(18703);
     let bootstrap = format!("127.0.0.1:{kport}");
     for (fault, mode) in broker_runs() {
         let mut broker = start_broker(kport).await;
@@ -895,7 +895,7 @@ async fn full_drain(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_full() {
-    let port = crate::common::port(18347);
+    let port = crate::support::port(18347);
     let _server = ChildServer::redis(port);
     let config = |maxmemory: &str| {
         let mut r = redis::Client::open(format!("redis://127.0.0.1:{port}/0"))
@@ -960,7 +960,7 @@ async fn redis_full() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_full() {
     use async_nats::jetstream::stream;
-    let port = crate::common::port(18348);
+    let port = crate::support::port(18348);
     let _nats = ChildServer::nats(port);
     for mode in BROKER_MODES {
         let prefix = format!("f{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
@@ -1021,7 +1021,7 @@ async fn nats_full() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_full() {
-    let node = RabbitNode::start(crate::common::port(18349), crate::common::port(18350));
+    let node = RabbitNode::start(crate::support::port(18349), crate::support::port(18350));
     for mode in BROKER_MODES {
         let queue = format!("faults-{}", uuid::Uuid::new_v4().simple());
         {
@@ -1345,7 +1345,7 @@ async fn ten_concurrent_migrates_on_an_empty_and_on_a_seed_era_schema() {
             ck.db
                 .exec(&format!(
                     "CREATE SCHEMA \"{s}\"; SET search_path TO \"{s}\"; {}",
-                    crate::adopt::SEED_DDL,
+                    crate::support::fixtures::SEED_DDL,
                     s = ck.db.schema
                 ))
                 .await;
@@ -1446,7 +1446,7 @@ async fn relay_clocks_off_by_an_hour_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_sink_disk_full() {
-    let fs = crate::local_sinks::Tmpfs::mount("64k");
+    let fs = crate::support::servers::Tmpfs::mount("64k");
     let path = fs.dir.path().join("out.jsonl");
     let mut ck = Checker::new(TestDb::new().await, "disk full (file)");
     let load = Load::new();
@@ -1511,7 +1511,7 @@ impl OwnDatabase {
             "obx_faults_{}",
             &uuid::Uuid::new_v4().simple().to_string()[..10]
         );
-        let pool = sqlx::PgPool::connect(&crate::common::base_url())
+        let pool = sqlx::PgPool::connect(&crate::support::base_url())
             .await
             .unwrap();
         sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
@@ -1523,7 +1523,7 @@ impl OwnDatabase {
 
     /// Its URL on the server itself (not through the pooler).
     fn direct_url(&self) -> String {
-        let mut url = url::Url::parse(&crate::common::base_url()).unwrap();
+        let mut url = url::Url::parse(&crate::support::base_url()).unwrap();
         url.set_path(&self.name);
         url.to_string()
     }
@@ -1538,7 +1538,7 @@ impl Drop for OwnDatabase {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                if let Ok(pool) = sqlx::PgPool::connect(&crate::common::base_url()).await {
+                if let Ok(pool) = sqlx::PgPool::connect(&crate::support::base_url()).await {
                     let _ = sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                         .execute(&pool)
                         .await;
@@ -1572,7 +1572,7 @@ async fn behind_a_pooler_that_drops_the_schema_commands_refuse_to_run() {
     let own = OwnDatabase::create().await;
     let db = TestDb::unmigrated_at(&own.direct_url()).await;
     let bouncer = PgBouncer::start(
-        crate::common::port(18345),
+        crate::support::port(18345),
         "obx",
         &own.name,
         "transaction",
@@ -1612,7 +1612,7 @@ async fn behind_pgbouncer_relay_prune_and_requeue() {
     ))
     .await;
     let bouncer = PgBouncer::start(
-        crate::common::port(18346),
+        crate::support::port(18346),
         "obx",
         &own.name,
         pool_mode,
@@ -1669,7 +1669,7 @@ async fn pgbouncer_scenario(
     // The pooler is in the way: every relay is connected to it and to nothing else but the
     // consumer (a relay that went to the server directly would test nothing of the pooler).
     for (i, relay) in relays.children.iter().enumerate() {
-        let peers: BTreeSet<i32> = crate::relay::server_ports(relay).into_iter().collect();
+        let peers: BTreeSet<i32> = crate::support::server_ports(relay).into_iter().collect();
         let pooler = i32::from(pooler_port);
         assert!(
             peers.contains(&pooler)
@@ -1753,7 +1753,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
         ))
         .await;
         let bouncer = PgBouncer::start(
-            crate::common::port(18700),
+            crate::support::port(18700),
             "obx",
             &own.name,
             "transaction",
@@ -1782,7 +1782,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
             .await;
         assert_eq!(published, 0);
     } else {
-        crate::common::say_skipped(
+        crate::support::say_skipped(
             "behind_pgbouncer_in_transaction_pooling",
             &format!(
                 "its first half: PgBouncer {}.{} carries prepared statements, so the one-line \
@@ -1795,7 +1795,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
     let own = OwnDatabase::create().await;
     let db = TestDb::new_at(&own.direct_url()).await;
     let bouncer = PgBouncer::start(
-        crate::common::port(18701),
+        crate::support::port(18701),
         "obx",
         &own.name,
         "transaction",
@@ -1845,7 +1845,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
         &pooled,
         ["lease", "tx"],
         "transaction",
-        Some(crate::common::port(18705)),
+        Some(crate::support::port(18705)),
     )
     .await;
     watch.abort();
@@ -1865,7 +1865,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
 async fn behind_pgbouncer_in_session_pooling_with_default_settings() {
     let own = OwnDatabase::create().await;
     let db = TestDb::new_at(&own.direct_url()).await;
-    let bouncer = PgBouncer::start(crate::common::port(18702), "obx", &own.name, "session", "");
+    let bouncer = PgBouncer::start(crate::support::port(18702), "obx", &own.name, "session", "");
     let url = format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port);
     db.seed_ready(10).await;
     let pooled = |args: &[&str]| {
@@ -1904,7 +1904,7 @@ async fn transaction_pooling_splits_a_statement_outside_a_transaction() {
     use sqlx::{ConnectOptions, Connection};
     let own = OwnDatabase::create().await;
     let bouncer = PgBouncer::start(
-        crate::common::port(18704),
+        crate::support::port(18704),
         "obx",
         &own.name,
         "transaction",
