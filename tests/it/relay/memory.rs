@@ -170,8 +170,11 @@ async fn relay_again_to_file(
     path: &std::path::Path,
     args: &[&str],
 ) -> std::process::Output {
-    db.exec("UPDATE outbox SET published_at = NULL, attempt_count = 0")
-        .await;
+    // Pending again, and no claim floor past them (the last run saved one).
+    db.exec(
+        "UPDATE outbox SET published_at = NULL, attempt_count = 0; DELETE FROM outbox_relay_floor",
+    )
+    .await;
     std::fs::write(path, "").unwrap();
     db.cmd()
         .args(["relay", "--once", "--json", "--mode", mode])
