@@ -5,8 +5,7 @@
 #   bench/ab-bench.sh OLD_BIN NEW_BIN [ROUNDS=3] [EVENTS=200000]
 set -euo pipefail
 OLD=$1 NEW=$2 ROUNDS=${3:-3} EVENTS=${4:-200000}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
+. "$(dirname "$0")/lib.sh"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 echo "$(date -u +%FT%TZ) $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"

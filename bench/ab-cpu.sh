@@ -7,11 +7,9 @@
 #   bench/ab-cpu.sh OLD_BIN NEW_BIN [ROUNDS=5] [EVENTS=200000] [MODE=tx]
 set -euo pipefail
 OLD=$1 NEW=$2 ROUNDS=${3:-5} EVENTS=${4:-200000} MODE=${5:-tx}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
+. "$(dirname "$0")/lib.sh"
 S=bench_abcpu
 TCK=$(getconf CLK_TCK)
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 trap 'q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true' EXIT
 # CPU ticks of every postgres process: utime+stime, and cutime+cstime (the postmaster is credited
 # with the backends it reaped, so a relay's backend that exits with it is still counted).
@@ -26,12 +24,9 @@ pg_ticks() {
   echo $t
 }
 setup() {
-  q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-  "$1" migrate --schema $S >/dev/null
-  q -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-        SELECT gen_random_uuid(), 'order', g::text, 'order.placed',
-               jsonb_build_object('n', g, 'total', 1200, 'currency', 'USD'), 'k' || g
-          FROM generate_series(1, $EVENTS) g" -c "VACUUM ANALYZE $S.outbox" -c "CHECKPOINT" >/dev/null
+  bench_fresh "$1" $S
+  bench_seed_ab $S "$EVENTS"
+  q -c "CHECKPOINT" >/dev/null
 }
 echo "$(date -u +%FT%TZ) $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); $EVENTS events, mode $MODE"
 echo "old: $OLD ($("$OLD" --version))"
@@ -43,10 +38,10 @@ for r in $(seq "$ROUNDS"); do
     bin=$OLD; [ "$which" = new ] && bin=$NEW
     setup "$bin"
     before=$(pg_ticks)
-    s=$(date +%s.%N)
+    s=$(bench_now)
     relay=$( { /usr/bin/time -f "%U %S" "$bin" relay --schema $S --once --sink null --batch-size 1000 \
                  --mode "$MODE" -q >/dev/null; } 2>&1 | tail -n1)
-    e=$(date +%s.%N)
+    e=$(bench_now)
     after=$(pg_ticks)
     left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
     [ "$left" = 0 ] || { echo "$bin left $left events" >&2; exit 1; }

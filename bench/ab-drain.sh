@@ -9,27 +9,22 @@
 set -euo pipefail
 OLD=$1 NEW=$2 ROUNDS=${3:-3} MODE=${4:-tx}
 OLD_ARGS=${OLD_ARGS:-} NEW_ARGS=${NEW_ARGS:-} RELAYS=${RELAYS:-2}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
+. "$(dirname "$0")/lib.sh"
 S=${SCHEMA:-bench_ab}
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 trap 'q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true' EXIT
 setup() {
-  q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-  "$1" migrate --schema $S >/dev/null
-  q -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-        SELECT gen_random_uuid(), 'order', g::text, 'order.placed',
-               jsonb_build_object('n', g, 'total', 1200, 'currency', 'USD'), 'k' || g
-          FROM generate_series(1, 200000) g" -c "VACUUM ANALYZE $S.outbox" -c "CHECKPOINT"
+  bench_fresh "$1" $S
+  bench_seed_ab $S 200000
+  q -c "CHECKPOINT"
 }
 drain() {
   local s e
-  s=$(date +%s.%N)
+  s=$(bench_now)
   # shellcheck disable=SC2086 # $2: extra flags, split on purpose
   for _ in $(seq "$RELAYS"); do "$1" relay --schema $S --once --sink null --batch-size 1000 --mode "$MODE" $2 >/dev/null & done
   wait
-  e=$(date +%s.%N)
-  python3 -c "print(round(200000 / ($e - $s)))"
+  e=$(bench_now)
+  bench_rate 200000 "$s" "$e"
 }
 uptime
 for r in $(seq "$ROUNDS"); do

@@ -5,8 +5,7 @@
 #   bench/ab-latency.sh OLD_BIN NEW_BIN [ROUNDS=5]
 set -euo pipefail
 OLD=$1 NEW=$2 ROUNDS=${3:-5}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
+. "$(dirname "$0")/lib.sh"
 uptime
 for r in $(seq "$ROUNDS"); do
   for b in old new; do

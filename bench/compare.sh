@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 peers=${PEERS_DIR:-../shared/peers}
-export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
+. bench/lib.sh
 cargo build --release --quiet
 uptime
 for r in $(seq "$runs"); do

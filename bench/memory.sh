@@ -11,8 +11,7 @@
 #   list    events list --limit 1000000 --json over 1,000,000 small rows
 set -euo pipefail
 BIN=${1:-target/release/outboxctl}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
+. "$(dirname "$0")/lib.sh"
 export OUTBOXCTL_SCHEMA=${OUTBOXCTL_SCHEMA:-bench_memory}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"; psql -q "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $OUTBOXCTL_SCHEMA CASCADE" >/dev/null 2>&1 || true' EXIT

@@ -16,14 +16,12 @@
 # single-row INSERTs (pgbench, 4 clients, 10 s), interleaved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 WHAT=drain
 if [ "${1:-}" = inserts ]; then WHAT=inserts; shift; fi
 ROUNDS=${1:-2} BIN=${2:-target/release/outboxctl}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
 S=bench_order
 HTTP_PORT=${HTTP_PORT:-18800}
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 TMP=$(mktemp -d)
 HTTP_PID=
 cleanup() {
@@ -36,8 +34,7 @@ echo "$(date -u +%FT%TZ) $WHAT, $ROUNDS rounds, $($BIN --version), $(nproc) core
 
 setup() { # keys per_key ordered
   local keys=$1 per=$2 ordered=$3
-  q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-  "$BIN" migrate --schema $S >/dev/null
+  bench_fresh "$BIN" $S
   if [ "$ordered" = ordered ]; then "$BIN" ordering enable --schema $S -q >/dev/null; fi
   q -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
         SELECT '00000000-0000-0000-0000-000000000001', 'order', k::text, 'order.placed',
@@ -48,12 +45,12 @@ setup() { # keys per_key ordered
 
 drain() { # sink mode total -> "events/s seconds left"
   local s e left
-  s=$(date +%s.%N)
+  s=$(bench_now)
   for _ in 1 2; do
     "$BIN" relay --schema $S --once --sink "$1" --mode "$2" --batch-size 500 >/dev/null 2>>"$TMP/relay.err" &
   done
   wait
-  e=$(date +%s.%N)
+  e=$(bench_now)
   left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
   python3 -c "print(round(($3 - $left) / ($e - $s)), f'{$e - $s:.2f}', $left)"
 }
@@ -106,8 +103,7 @@ fi
 # Producer side: the same inserts with ordering off (no key index: migration 7), and with ordering
 # on for `ord` only, into an unordered type (`plain`) and the ordered one: while any type is
 # ordered the key index exists, and every insert pays for it, ordered or not.
-q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-"$BIN" migrate --schema $S >/dev/null
+bench_fresh "$BIN" $S
 for ty in plain ord; do
   python3 - "$ty" >"$TMP/$ty.jsonl" <<'PY'
 import json, sys
@@ -134,10 +130,10 @@ for r in $(seq "$ROUNDS"); do
     else
       "$BIN" ordering enable --schema $S --aggregate-type ord -q >/dev/null
     fi
-    s=$(date +%s.%N)
+    s=$(bench_now)
     "$BIN" publish --schema $S -q --file "$TMP/$ty.jsonl" >/dev/null
-    e=$(date +%s.%N)
-    rate=$(python3 -c "print(round(100000 / ($e - $s)))")
+    e=$(bench_now)
+    rate=$(bench_rate 100000 "$s" "$e")
     echo "round $r: ordering $sw, publish --file, 100k lines, type $ty: $rate events/s"
     echo "$r publish $sw-$ty $rate" >>"$TMP/inserts"
     q -c "TRUNCATE $S.outbox" -c "CHECKPOINT" >/dev/null

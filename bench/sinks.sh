@@ -25,8 +25,6 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 N=${1:-50000}
 SINKS=${2:-null kafka nats redis amqp}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
 NAME=${NAME:-benchsinks}
 S=bench_$NAME
 NATS_STREAM=$(echo "$NAME" | tr '[:lower:]' '[:upper:]')
@@ -36,7 +34,6 @@ BIN=${OUTBOXCTL_BIN:-${CARGO_TARGET_DIR:-target}/release/outboxctl}
 RAW="python3 bench/raw_clients.py"
 RUN=$(date +%s)
 [ -n "${OUTBOXCTL_BIN:-}" ] || cargo build --release --locked --quiet
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 cleanup() {
   q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true
   $RAW nats-teardown nats://127.0.0.1:4222 "$NATS_STREAM" >/dev/null 2>&1 || true
@@ -44,8 +41,7 @@ cleanup() {
   redis-cli -p 6379 DEL "$NAME.relay" "$NAME.raw" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
-q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-$BIN migrate --schema $S >/dev/null
+bench_fresh "$BIN" $S
 seed() {
   q -c "TRUNCATE $S.outbox"
   bench_seed "$S" "$1" "k$RUN-"
@@ -69,11 +65,11 @@ drain() {
   fi
   set -- "$spec" "${@:2}"
   local s e
-  s=$(date +%s.%N)
+  s=$(bench_now)
   local summary
   # shellcheck disable=SC2086 # $3: optional extra flags, split on purpose
   summary=$($BIN relay --schema $S --once --mode "$2" --batch-size 1000 --sink "$1" ${3:-} --json)
-  e=$(date +%s.%N)
+  e=$(bench_now)
   local left
   left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
   [ "$left" = 0 ] || { echo "relay left $left events unpublished ($1)" >&2; exit 1; }

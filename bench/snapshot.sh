@@ -21,7 +21,6 @@ cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 
-export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
 URL=$DATABASE_URL
 ROUNDS=${ROUNDS:-5}
 EVENTS=${EVENTS:-100000}
@@ -49,7 +48,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-now() { date +%s.%N; }
 
 uptime
 for entry in "${bins[@]}"; do
@@ -75,9 +73,9 @@ SQL
       rates=()
       for r in $(seq 1 "$ROUNDS"); do
         bench_seed "$SCHEMA" "$EVENTS" "r$r-"
-        t0=$(now)
+        t0=$(bench_now)
         "$bin" --schema "$SCHEMA" relay --once --sink null --mode "$mode" >/dev/null
-        t1=$(now)
+        t1=$(bench_now)
         left=$(psql_ -c "SELECT count(*) FROM $SCHEMA.outbox WHERE published_at IS NULL")
         [ "$left" = 0 ] || { echo "round $r left $left events" >&2; exit 1; }
         rates+=("$(echo "$EVENTS / ($t1 - $t0)" | bc)")
@@ -86,9 +84,9 @@ SQL
       for s in 1 2 3; do
         "$bin" --schema "$SCHEMA" publish --event-type order.placed --aggregate-type order \
           --aggregate-id one --payload '{"n":1}' >/dev/null
-        t0=$(now)
+        t0=$(bench_now)
         "$bin" --schema "$SCHEMA" relay --once --sink null --mode "$mode" >/dev/null
-        t1=$(now)
+        t1=$(bench_now)
         singles+=("$(echo "($t1 - $t0) * 1000 / 1" | bc)")
       done
       single=$(printf '%s\n' "${singles[@]}" | sort -n | sed -n 2p)

@@ -60,7 +60,6 @@ runuser -u nobody -- "$PG/pg_ctl" -D "$dir/data" -l "$dir/server.log" \
 plain="postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
 tls="postgres://postgres@localhost:$PORT/postgres?sslmode=verify-full&sslrootcert=$dir/ca.crt"
 export DATABASE_URL=$plain
-now() { date +%s.%N; }
 
 uptime
 echo "# $("$BIN" --version); $EVENTS events per drain, relay --once --sink null"
@@ -75,13 +74,13 @@ for mode in $MODES; do
       psql -qAt "$plain" -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null
       DATABASE_URL=$plain "$BIN" migrate --schema "$schema" >/dev/null
       bench_seed "$schema" "$EVENTS"
-      t0=$(now)
+      t0=$(bench_now)
       # The relay's own CPU seconds (user + system), beside the wall time: what TLS costs the
       # relay, less noisy than the rate on a 2-core machine the server shares.
       TIMEFORMAT='%U %S'
       cpu=$( { time DATABASE_URL=$url "$BIN" relay --once --schema "$schema" --mode "$mode" \
                  --sink null -q >/dev/null 2>&1; } 2>&1 )
-      t1=$(now)
+      t1=$(bench_now)
       rate=$(python3 -c "print($EVENTS / ($t1 - $t0))")
       cpu=$(python3 -c "u, s = '$cpu'.split(); print(float(u) + float(s))")
       printf '%s round %d %-5s %8.0f events/s  %6.2f s CPU\n' "$mode" "$round" "$how" "$rate" "$cpu"

@@ -13,13 +13,9 @@ cd "$(dirname "$0")/../.."
 . bench/lib.sh
 N=${N:-100000}
 BIN=${OUTBOXCTL_BIN:-${CARGO_TARGET_DIR:-target}/release/outboxctl}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
 S=bench_kafkadepth
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 trap 'q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true' EXIT
-q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-$BIN migrate --schema $S >/dev/null
+bench_fresh "$BIN" $S
 RUN=$(date +%s)
 cpu=$(mktemp)
 seed() {
@@ -38,13 +34,13 @@ for spec in "${specs[@]}"; do
   else
     seed
     [ -n "${PRECREATE:-}" ] && python3 bench/raw_clients.py kafka-create 127.0.0.1:9092 "$topic"
-    s=$(date +%s.%N)
+    s=$(bench_now)
     # shellcheck disable=SC2086
     python3 bench/cpusplit.py $BIN relay --schema $S --once --mode "$1" --pipeline-depth "$2" \
       --batch-size "${BATCH:-1000}" --sink "${SINK:-kafka://127.0.0.1:9092?topic=$topic}" ${EXTRA:-} \
       --json >/dev/null 2>"$cpu"
-    e=$(date +%s.%N)
-    echo "relay --mode $1 --pipeline-depth $2: $(python3 -c "print(round($N / ($e - $s)))") events/s  $(grep cpusplit "$cpu")"
+    e=$(bench_now)
+    echo "relay --mode $1 --pipeline-depth $2: $(bench_rate "$N" "$s" "$e") events/s  $(grep cpusplit "$cpu")"
   fi
 done
 rm -f "$cpu"

@@ -7,23 +7,18 @@
 #   bench/experiments/metrics-drain.sh [BIN=target/release/outboxctl] [ROUNDS=5] [N=200000] [MODE=tx]
 set -euo pipefail
 BIN=${1:-target/release/outboxctl} ROUNDS=${2:-5} N=${3:-200000} MODE=${4:-tx}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
+. "$(dirname "$0")/../lib.sh"
 S=bench_metrics PORT=${OUTBOXCTL_BENCH_METRICS_PORT:-18420}
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 trap 'q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true' EXIT
 setup() {
-  q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-  "$BIN" migrate --schema $S >/dev/null
-  q -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-        SELECT gen_random_uuid(), 'order', g::text, 'order.placed',
-               jsonb_build_object('n', g, 'total', 1200, 'currency', 'USD'), 'k' || g
-          FROM generate_series(1, $N) g" -c "VACUUM ANALYZE $S.outbox" -c "CHECKPOINT"
+  bench_fresh "$BIN" $S
+  bench_seed_ab $S "$N"
+  q -c "CHECKPOINT"
 }
 drain() { # $1: on|off; prints events/s
   local extra=() s e pid scraper=
   [ "$1" = on ] && extra=(--metrics-addr "127.0.0.1:$PORT")
-  s=$(date +%s.%N)
+  s=$(bench_now)
   "$BIN" -q relay --schema $S --sink null --batch-size 1000 --mode "$MODE" "${extra[@]}" >/dev/null &
   pid=$!
   if [ "$1" = on ]; then
@@ -31,10 +26,10 @@ drain() { # $1: on|off; prints events/s
     scraper=$!
   fi
   until [ "$(q -c "SELECT NOT EXISTS (SELECT 1 FROM $S.outbox WHERE published_at IS NULL)")" = t ]; do sleep 0.05; done
-  e=$(date +%s.%N)
+  e=$(bench_now)
   [ -n "$scraper" ] && kill "$scraper" && wait "$scraper" 2>/dev/null || true
   kill -TERM "$pid"; wait "$pid" || true
-  python3 -c "print(round($N / ($e - $s)))"
+  bench_rate "$N" "$s" "$e"
 }
 uptime
 declare -a OFF ON

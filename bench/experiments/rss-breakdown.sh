@@ -8,22 +8,16 @@
 set -euo pipefail
 ROUNDS=${1:-3} EVENTS=${2:-100000}
 shift 2
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
+. "$(dirname "$0")/../lib.sh"
 S=bench_rss
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 trap 'q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true' EXIT
 echo "$(date -u +%FT%TZ) $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); $EVENTS events"
 echo "| binary | size MB | shared libs | peak VmHWM MiB | peak RssAnon MiB | peak RssFile MiB |"
 echo "|---|---|---|---|---|---|"
 for r in $(seq "$ROUNDS"); do
   for bin in "$@"; do
-    q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-    "$bin" migrate --schema $S >/dev/null
-    q -c "INSERT INTO $S.outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-          SELECT gen_random_uuid(), 'order', g::text, 'order.placed',
-                 jsonb_build_object('n', g, 'total', 1200, 'currency', 'USD'), 'k' || g
-            FROM generate_series(1, $EVENTS) g" -c "VACUUM ANALYZE $S.outbox" >/dev/null
+    bench_fresh "$bin" $S
+    bench_seed_ab $S "$EVENTS"
     "$bin" relay --schema $S --once --sink null --batch-size 1000 -q >/dev/null &
     pid=$!
     hwm=0 anon=0 file=0

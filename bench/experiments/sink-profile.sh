@@ -12,26 +12,22 @@ N=${1:-50000}
 MODE=${2:-lease}
 SPEC=$3
 shift 3
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
 BIN=${OUTBOXCTL_BIN:-${CARGO_TARGET_DIR:-target}/release/outboxctl}
 S=bench_sinkprofile
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 relay=
 cleanup() {
   [ -n "$relay" ] && kill "$relay" 2>/dev/null || true
   q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
-q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-$BIN migrate --schema $S >/dev/null
+bench_fresh "$BIN" $S
 bench_seed "$S" "$N"
-s=$(date +%s.%N)
+s=$(bench_now)
 $BIN relay --schema $S --mode "$MODE" --batch-size 1000 --poll-interval 50ms \
   --metrics-addr 127.0.0.1:18760 --sink "$SPEC" "$@" 2>/dev/null >/dev/null &
 relay=$!
 until [ "$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NOT NULL")" -ge "$N" ]; do sleep 0.02; done
-e=$(date +%s.%N)
+e=$(bench_now)
 metrics=$(curl -fsS http://127.0.0.1:18760/metrics)
 kill "$relay"; wait "$relay" 2>/dev/null || true; relay=
 sum() { echo "$metrics" | awk -v m="$1" 'index($1, m "{") == 1 || $1 == m { print $2 }'; }

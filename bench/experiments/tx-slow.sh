@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 13, lever 1: what a slow but not frozen broker does to relays in --mode tx and --mode lease.
 #   bench/experiments/tx-slow.sh [N=100000] [DELAYS="200 900 2500"] [MODES="tx lease"] [SINKS="redis nats kafka amqp"]
-# Every broker sits behind bench/net_delay.py, a TCP proxy that adds DELAY ms to everything the
+# Every broker sits behind the network-delay proxy (bench_net_delay in bench/lib.sh), a TCP
+# proxy that adds DELAY ms to everything the
 # broker sends back (acks, confirms, replies): a test double of the network, the broker behind
 # it is real. Own Redis, NATS (JetStream) and Tansu on TXSLOW_PORT.. (default 18760: redis
 # 18760, nats 18762, tansu 18764; each proxy on the next port); RabbitMQ is the shared one on 5672
@@ -24,12 +25,9 @@ MODES=${3:-tx lease}
 SINKS=${4:-redis nats kafka amqp}
 WINDOW=${WINDOW:-6}
 P=${TXSLOW_PORT:-18760}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
 BIN=${OUTBOXCTL_BIN:-${CARGO_TARGET_DIR:-target}/release/outboxctl}
 S=bench_txslow
 RAW="python3 bench/raw_clients.py"
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 pids=()
 broker=
 proxy=
@@ -88,12 +86,11 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for sink in $SINKS; do
   start_broker "$sink"
   for delay in $DELAYS; do
-    python3 bench/net_delay.py "$FRONT" "127.0.0.1:$BACK" "$delay" 2>/dev/null &
+    bench_net_delay "$FRONT" "127.0.0.1:$BACK" "$delay"
     proxy=$!
     wait_port "$FRONT"
     for mode in $MODES; do
-      q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-      $BIN migrate --schema $S >/dev/null
+      bench_fresh "$BIN" $S
       bench_seed "$S" "$N"
       pids=()
       for _ in 1 2; do
@@ -103,14 +100,14 @@ for sink in $SINKS; do
       done
       # Warm-up: the pace of the benchmark, not a synchronisation.
       sleep 2
-      p0=$(published); t0=$(date +%s.%N)
+      p0=$(published); t0=$(bench_now)
       ( sleep 1; $BIN relay --schema $S --once --mode "$mode" --max-events 20000 \
           --max-duration 2s --sink null --json 2>/dev/null \
           | python3 -c 'import json,sys; v=json.load(sys.stdin); print(v["published"], v["elapsed_ms"])' >"$tmpdir/other" ) &
       bg1=$!
-      ( sleep 1.5; a=$(date +%s.%N); $BIN stats --schema $S --json >/dev/null; b=$(date +%s.%N); echo "$a $b" >"$tmpdir/stats" ) &
+      ( sleep 1.5; a=$(bench_now); $BIN stats --schema $S --json >/dev/null; b=$(bench_now); echo "$a $b" >"$tmpdir/stats" ) &
       bg2=$!
-      ( sleep 3; a=$(date +%s.%N); q -c "VACUUM (VERBOSE) $S.outbox" 2>&1 | grep -oE '[0-9]+ are dead but not yet removable' | head -1 | cut -d' ' -f1 >"$tmpdir/vac"; b=$(date +%s.%N); echo "$a $b" >"$tmpdir/vactime" ) &
+      ( sleep 3; a=$(bench_now); q -c "VACUUM (VERBOSE) $S.outbox" 2>&1 | grep -oE '[0-9]+ are dead but not yet removable' | head -1 | cut -d' ' -f1 >"$tmpdir/vac"; b=$(bench_now); echo "$a $b" >"$tmpdir/vactime" ) &
       bg3=$!
       # Sampled every 50 ms by one psql session (\watch: each sample its own short transaction).
       ports=$(relay_ports)
@@ -121,7 +118,7 @@ for sink in $SINKS; do
         | timeout "$WINDOW" psql -qAt -F ' ' "$DATABASE_URL" >"$tmpdir/samples" 2>/dev/null || true
       read -r maxn maxage maxhorizon nsamples < <(awk 'NF == 3 { if ($1 > n) n = $1; if ($2 > a) a = $2; if ($3 > h) h = $3; c++ }
           END { printf "%d %s %s %d\n", n, a + 0, h + 0, c }' "$tmpdir/samples")
-      p1=$(published); t1=$(date +%s.%N)
+      p1=$(published); t1=$(bench_now)
       wait "$bg1" "$bg2" "$bg3"
       other=$(cat "$tmpdir/other"); read -r s0 s1 <"$tmpdir/stats"; read -r v0 v1 <"$tmpdir/vactime"
       vac=$(cat "$tmpdir/vac")

@@ -16,11 +16,8 @@ N=${1:-100000}
 STALL=${2:-8}
 MODES=${3:-tx lease}
 SINK=${4:-redis}
-: "${DATABASE_URL:=postgres://postgres@127.0.0.1:5432/test}"
-export DATABASE_URL
 BIN=${OUTBOXCTL_BIN:-${CARGO_TARGET_DIR:-target}/release/outboxctl}
 S=bench_txstall
-q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 pids=()
 broker=
 cleanup() {
@@ -57,8 +54,7 @@ echo "$(date -u +%FT%TZ) N=$N STALL=${STALL}s sink=$SINK; $(nproc) cores; load $
 echo "| --mode | published during the stall | relay transactions open (max) | oldest open transaction | stats --json during the stall | after SIGCONT, until all published | duplicates on the broker |"
 echo "|---|---|---|---|---|---|---|"
 for mode in $MODES; do
-  q -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1
-  $BIN migrate --schema $S >/dev/null
+  bench_fresh "$BIN" $S
   bench_seed "$S" "$N"
   start_broker
   pids=()
@@ -69,7 +65,7 @@ for mode in $MODES; do
   done
   until [ "$(published)" -ge $((N / 10)) ]; do sleep 0.05; done
   kill -STOP "$broker"
-  t0=$(date +%s.%N)
+  t0=$(bench_now)
   at_stop=$(published)
   # During the stall, in the background: a third relay to the null sink (at most a fifth of the
   # events, at most 2 s), and `stats --json`, timed.
@@ -78,7 +74,7 @@ for mode in $MODES; do
       --max-duration 2s --sink null --json 2>/dev/null \
       | python3 -c 'import json,sys; v=json.load(sys.stdin); print(v["published"], v["elapsed_ms"])' >"$tmp/other" ) &
   bg1=$!
-  ( sleep 0.5; a=$(date +%s.%N); $BIN stats --schema $S --json >/dev/null; b=$(date +%s.%N); echo "$a $b" >"$tmp/stats" ) &
+  ( sleep 0.5; a=$(bench_now); $BIN stats --schema $S --json >/dev/null; b=$(bench_now); echo "$a $b" >"$tmp/stats" ) &
   bg2=$!
   maxtx=0; maxn=0
   while python3 -c "import sys,time; sys.exit(0 if time.time() - $t0 < $STALL else 1)"; do
@@ -92,10 +88,10 @@ for mode in $MODES; do
   other=$(cat "$tmp/other"); read -r s0 s1 <"$tmp/stats"; rm -rf "$tmp"
   during=$(published)
   kill -CONT "$broker"
-  c0=$(date +%s.%N)
+  c0=$(bench_now)
   left_at_cont=$((N - during))
   until [ "$(published)" -ge "$N" ]; do sleep 0.05; done
-  c1=$(date +%s.%N)
+  c1=$(bench_now)
   for p in "${pids[@]}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
   pids=()
   python3 - "$mode" "$at_stop" "$during" "$other" "$maxn" "$maxtx" "$s0" "$s1" "$c0" "$c1" "$(delivered)" "$N" "$left_at_cont" <<'EOF'

@@ -373,8 +373,7 @@ fn delays_and_times_are_bounded() {
 
 #[tokio::test]
 async fn a_date_alone_is_midnight_utc() {
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     db.exec("UPDATE outbox SET created_at = '2026-11-30T23:59:59Z' WHERE idempotency_key = 'k-1'")
         .await;
     db.exec("UPDATE outbox SET created_at = '2026-12-01T00:00:00Z' WHERE idempotency_key <> 'k-1'")
@@ -396,8 +395,7 @@ async fn a_date_alone_is_midnight_utc() {
 
 #[tokio::test]
 async fn quiet_commands_print_no_summary() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let cases: Vec<Vec<&str>> = vec![
         vec!["migrate"],
         vec![
@@ -448,9 +446,7 @@ async fn quiet_commands_print_no_summary() {
         n, 4,
         "quiet publishes still insert, quiet cancels still delete"
     );
-    let published: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-        .await;
+    let published = db.count("published_at IS NOT NULL").await;
     assert_eq!(published, 4, "quiet relays still relay");
     // Data is still printed when asked for.
     let out = output(db.cmd().args(["-q", "stats", "--json"]));

@@ -103,16 +103,9 @@ async fn failing_http_publishes_never_log_the_payload() {
 
 #[tokio::test]
 async fn verbose_flags_raise_only_outboxctls_own_level() {
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     let server = TestServer::start(0, |_| (200, vec![]));
-    let out = db
-        .cmd()
-        .args(["relay", "--once", "-vvv", "--sink", &server.url()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let err = stderr(&out);
+    let err = stderr(&db.relay(server.url()).args(["-vvv"]).once(0));
     // Third-party crates (sqlx, hyper, reqwest, rustls) log a great deal at trace.
     for word in [
         "hyper",
@@ -129,19 +122,15 @@ async fn verbose_flags_raise_only_outboxctls_own_level() {
     }
     // The explicit escape hatch shows them.
     let out = db
-        .cmd()
-        .args(["relay", "--once", "--sink", &server.url()])
+        .relay(server.url())
         .env("OUTBOXCTL_LOG", "info,sqlx=info")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+        .once(0);
     assert!(stderr(&out).contains("relay starting"), "{}", stderr(&out));
 }
 
 #[tokio::test]
 async fn a_failed_amqp_login_logs_no_library_errors_and_no_password() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let pw = canary();
     for verbosity in [None, Some("-vv")] {
         let mut cmd = db.cmd();

@@ -27,8 +27,7 @@ fn assert_not_a_panic(out: &Output, want: i32, what: &str) {
 
 #[tokio::test]
 async fn a_closed_stderr_is_no_panic_and_keeps_the_exit_code() {
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     let p = std::process::id();
     let nosuch = format!("nosuch_{p}");
     let cases: Vec<(Vec<&str>, i32)> = vec![
@@ -174,8 +173,7 @@ async fn numbers_and_ids_never_wrap() {
 
 #[tokio::test]
 async fn a_terminal_of_unknown_size_does_not_squeeze_tables() {
-    let db = TestDb::new().await;
-    db.seed_ready(12345).await;
+    let db = TestDb::with_backlog(12345).await;
     // `script` gives the command a pty; with no terminal of its own that pty is 0x0.
     let bin_path = assert_cmd::cargo::cargo_bin("outboxctl");
     for columns in [None, Some("0"), Some("")] {

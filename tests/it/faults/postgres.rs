@@ -48,8 +48,7 @@ fn lost_and_duplicated(path: &std::path::Path) -> (usize, usize) {
 #[tokio::test]
 async fn terminated_backends_mid_drain_lose_nothing_and_lease_mode_resends_nothing() {
     for mode in [Mode::Lease, Mode::Tx] {
-        let db = TestDb::new().await;
-        db.seed_ready(EVENTS).await;
+        let db = TestDb::with_backlog(EVENTS).await;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.jsonl");
         let mut child = relay_to_file(&db, mode, &path)
@@ -94,9 +93,7 @@ async fn terminated_backends_mid_drain_lose_nothing_and_lease_mode_resends_nothi
                 "{mode:?}: {dupes} re-sent, more than the batches in flight per round\n{log}"
             ),
         }
-        let leased: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE locked_until IS NOT NULL")
-            .await;
+        let leased = db.count("locked_until IS NOT NULL").await;
         assert_eq!(leased, 0, "{mode:?}: no lease left behind");
     }
 }
@@ -104,8 +101,7 @@ async fn terminated_backends_mid_drain_lose_nothing_and_lease_mode_resends_nothi
 /// `--once` reconnects after its connections are killed and finishes the drain with exit 0.
 #[tokio::test]
 async fn once_survives_terminated_backends_and_finishes() {
-    let db = TestDb::new().await;
-    db.seed_ready(EVENTS).await;
+    let db = TestDb::with_backlog(EVENTS).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.jsonl");
     let child = relay_to_file(&db, Mode::Lease, &path)
@@ -267,8 +263,7 @@ async fn once_gives_up_with_exit_3_when_the_database_stays_down() {
 /// claim's connection after the claim committed and reports the connection lost.
 #[tokio::test]
 async fn a_lost_claim_reply_gives_the_rows_back_at_once() {
-    let db = TestDb::new().await;
-    db.seed_ready(20).await;
+    let db = TestDb::with_backlog(20).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.jsonl");
     let out = db

@@ -1777,9 +1777,7 @@ async fn behind_pgbouncer_in_transaction_pooling() {
                 && err.contains("--pooler transaction"),
             "{err}"
         );
-        let published: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-            .await;
+        let published = db.count("published_at IS NOT NULL").await;
         assert_eq!(published, 0);
     } else {
         crate::support::say_skipped(
@@ -1881,9 +1879,7 @@ async fn behind_pgbouncer_in_session_pooling_with_default_settings() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     pooled(&["relay", "--once", "--sink", "null"]);
-    let published: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-        .await;
+    let published = db.count("published_at IS NOT NULL").await;
     assert_eq!(published, 10);
     let stats = pooled(&["stats", "--json"]);
     assert!(stats.contains(&db.schema), "{stats}");

@@ -1,7 +1,6 @@
 //! A sink outage is the sink's state, not the events' fault (issue 8, item 4): the real binary
 //! against the real HTTP test server, refusing connections or answering 503 for a while.
 
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,25 +8,20 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::servers::TestServer;
-use crate::support::{capture, signal, stderr, wait_until, TestDb};
+use crate::support::{capture, run_json, signal, stderr, stdout_json, wait_until, TestDb};
 
 /// A daemon with a backoff schedule far shorter than the outages below: with --max-attempts 3 and
 /// per-row backoff of 50-200 ms, the old behaviour dead-letters every row within a second.
 fn daemon(db: &TestDb, url: &str) -> std::process::Child {
-    db.cmd()
-        .args(["relay", "--sink", url, "--json", "-vv"])
+    db.relay(url)
+        .args(["--json", "-vv"])
         .args(["--max-attempts", "3", "--backoff-base", "50ms"])
         .args(["--backoff-max", "200ms", "--poll-interval", "60s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
 }
 
 fn stats_json(db: &TestDb) -> Value {
-    let out = db.cmd().args(["stats", "--json"]).output().unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
+    run_json(db, &["stats", "--json"])
 }
 
 /// Waits until the relay has probed the sink `n` times during the outage (its debug log).
@@ -46,11 +40,7 @@ async fn delivered_untouched(db: &TestDb, server: &TestServer, n: i64) {
     wait_until(
         Duration::from_secs(30),
         "all published after recovery",
-        || async {
-            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-                .await
-                == 0
-        },
+        || async { db.count("published_at IS NULL").await == 0 },
     )
     .await;
     let (dead, attempts, errors): (i64, i32, i64) = db
@@ -75,8 +65,7 @@ async fn delivered_untouched(db: &TestDb, server: &TestServer, n: i64) {
 
 #[tokio::test]
 async fn refused_connections_longer_than_the_backoff_schedule_dead_letter_nothing() {
-    let db = TestDb::new().await;
-    db.seed_ready(50).await;
+    let db = TestDb::with_backlog(50).await;
     let closed = crate::support::servers::ClosedPort::new();
     let url = format!("http://127.0.0.1:{}/events", closed.port);
     let mut child = daemon(&db, &url);
@@ -111,9 +100,7 @@ async fn refused_connections_longer_than_the_backoff_schedule_dead_letter_nothin
         v["oldest_pending_age_seconds"].as_f64().unwrap() > 0.0,
         "{v}"
     );
-    let charged: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE (attempt_count > 0 AND locked_until IS NULL) OR last_error IS NOT NULL OR dead_lettered_at IS NOT NULL")
-        .await;
+    let charged = db.count("(attempt_count > 0 AND locked_until IS NULL) OR last_error IS NOT NULL OR dead_lettered_at IS NOT NULL").await;
     assert_eq!(charged, 0, "attempt counts untouched during the outage");
 
     let server = TestServer::start_on(closed.listen(), |_| (200, vec![]));
@@ -128,8 +115,7 @@ async fn refused_connections_longer_than_the_backoff_schedule_dead_letter_nothin
 
 #[tokio::test]
 async fn a_503_on_every_event_is_an_outage_not_a_failure_of_each() {
-    let db = TestDb::new().await;
-    db.seed_ready(50).await;
+    let db = TestDb::with_backlog(50).await;
     let down = Arc::new(AtomicBool::new(true));
     let d = Arc::clone(&down);
     let server = TestServer::start(0, move |_| {
@@ -153,9 +139,7 @@ async fn a_503_on_every_event_is_an_outage_not_a_failure_of_each() {
         .map(str::to_owned)
         .unwrap();
     assert!(warn.contains("503"), "{warn}");
-    let charged: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE (attempt_count > 0 AND locked_until IS NULL) OR last_error IS NOT NULL OR dead_lettered_at IS NOT NULL")
-        .await;
+    let charged = db.count("(attempt_count > 0 AND locked_until IS NULL) OR last_error IS NOT NULL OR dead_lettered_at IS NOT NULL").await;
     assert_eq!(charged, 0);
     down.store(false, Ordering::SeqCst);
     delivered_untouched(&db, &server, 50).await;
@@ -165,44 +149,30 @@ async fn a_503_on_every_event_is_an_outage_not_a_failure_of_each() {
 
 #[tokio::test]
 async fn once_during_an_outage_gives_back_and_exits_5() {
-    let db = TestDb::new().await;
-    db.seed_ready(30).await;
+    let db = TestDb::with_backlog(30).await;
     let closed = crate::support::servers::ClosedPort::new();
     let url = format!("http://127.0.0.1:{}/events", closed.port);
     let out = db
-        .cmd()
-        .args([
-            "relay",
-            "--once",
-            "--json",
-            "--sink",
-            &url,
-            "--max-attempts",
-            "1",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+        .relay(&url)
+        .args(["--json", "--max-attempts", "1"])
+        .once(5);
     let err = stderr(&out);
     assert!(
         err.contains("unavailable") && err.to_lowercase().contains("refused"),
         "{err}"
     );
-    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = stdout_json(&out);
     assert_eq!(summary["published"], 0, "{summary}");
     assert_eq!(summary["dead_lettered"], 0, "{summary}");
     assert!(summary["unavailable"].as_u64().unwrap() > 0, "{summary}");
-    let charged: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE attempt_count > 0 OR last_error IS NOT NULL OR dead_lettered_at IS NOT NULL OR locked_until IS NOT NULL")
-        .await;
+    let charged = db.count("attempt_count > 0 OR last_error IS NOT NULL OR dead_lettered_at IS NOT NULL OR locked_until IS NOT NULL").await;
     assert_eq!(charged, 0);
 }
 
 #[tokio::test]
 async fn a_mixed_batch_keeps_per_event_retries_with_the_body_and_retry_after() {
     for mode in ["lease", "tx"] {
-        let db = TestDb::new().await;
-        db.seed_ready(20).await;
+        let db = TestDb::with_backlog(20).await;
         let server = TestServer::start(0, |r| match r.json()["id"].as_i64() {
             Some(3) => (
                 500,
@@ -218,20 +188,10 @@ async fn a_mixed_batch_keeps_per_event_retries_with_the_body_and_retry_after() {
             _ => (200, vec![]),
         });
         let out = db
-            .cmd()
-            .args([
-                "relay",
-                "--once",
-                "--json",
-                "--mode",
-                mode,
-                "--sink",
-                &server.url(),
-            ])
-            .args(["--backoff-base", "1s"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
+            .relay(server.url())
+            .mode(mode)
+            .args(["--json", "--backoff-base", "1s"])
+            .once(0);
         let warn = stderr(&out);
         assert!(
             warn.contains("WARN")
@@ -239,7 +199,7 @@ async fn a_mixed_batch_keeps_per_event_retries_with_the_body_and_retry_after() {
                 && warn.contains("HTTP 50"),
             "{mode}: one WARN with the error text: {warn}"
         );
-        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let summary = stdout_json(&out);
         assert_eq!(
             (
                 &summary["published"],
@@ -281,8 +241,7 @@ async fn a_mixed_batch_keeps_per_event_retries_with_the_body_and_retry_after() {
 
 #[tokio::test]
 async fn an_event_that_alone_makes_the_server_answer_502_does_not_stall_the_outbox() {
-    let db = TestDb::new().await;
-    db.seed_ready(1).await;
+    let db = TestDb::with_backlog(1).await;
     // The server fails with 502 for this one event, every time; alone in its batch it looks just
     // like an outage, and opens the circuit.
     let server = TestServer::start(0, |r| {
@@ -306,14 +265,11 @@ async fn an_event_that_alone_makes_the_server_answer_502_does_not_stall_the_outb
     )
     .await;
     wait_until(Duration::from_secs(30), "the other 9 delivered", || async {
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-            .await
-            == 9
+        db.count("published_at IS NOT NULL").await == 9
     })
     .await;
     wait_until(Duration::from_secs(30), "the poison event charged", || async {
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE id = 1 AND attempt_count >= 1 AND locked_until IS NULL AND last_error LIKE 'HTTP 502%'")
-            .await
+        db.count("id = 1 AND attempt_count >= 1 AND locked_until IS NULL AND last_error LIKE 'HTTP 502%'").await
             == 1
     })
     .await;

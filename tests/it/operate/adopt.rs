@@ -161,9 +161,7 @@ async fn a_seed_era_outbox_is_adopted_and_its_rows_relayed() {
         .unwrap();
     assert_eq!(all.len(), 45);
     assert_eq!(delivered, all, "every row delivered exactly once");
-    let unmarked: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-        .await;
+    let unmarked = db.count("published_at IS NULL").await;
     assert_eq!(unmarked, 0);
 
     // And the commands that need later migrations work.
@@ -375,9 +373,7 @@ async fn commands_on_an_unadopted_seed_table_say_run_migrate() {
             "{args:?}: {err}"
         );
     }
-    let n: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-        .await;
+    let n = db.count("published_at IS NULL").await;
     assert_eq!(n, 3, "nothing was relayed");
 }
 

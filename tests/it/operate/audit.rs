@@ -199,8 +199,7 @@ async fn refused_or_failed_changes_leave_no_audit_row_and_vice_versa() {
 
 #[tokio::test]
 async fn prune_leaves_one_row_per_run_with_its_counts() {
-    let db = TestDb::new().await;
-    db.seed_ready(7).await;
+    let db = TestDb::with_backlog(7).await;
     db.exec("UPDATE outbox SET published_at = now() - interval '10 days' WHERE id <= 5")
         .await;
     db.exec(

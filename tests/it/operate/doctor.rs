@@ -232,8 +232,7 @@ async fn dead_tuples_stale_statistics_and_autovacuum_off_on_the_table_are_report
 
 #[tokio::test]
 async fn table_and_index_bloat_are_reported() {
-    let db = TestDb::new().await;
-    db.seed_ready(60_001).await;
+    let db = TestDb::with_backlog(60_001).await;
     // Like a prune that deleted nearly everything: the files keep their size, one row is left
     // at the end so VACUUM cannot truncate the table.
     db.exec("DELETE FROM outbox WHERE id <= 60000").await;

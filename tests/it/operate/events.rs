@@ -562,8 +562,7 @@ async fn cancel_by_filters_acts_on_cancellable_states_only() {
 
 #[tokio::test]
 async fn cancel_by_filters_in_batches_rechecks_the_state_in_each_statement() {
-    let db = TestDb::new().await;
-    db.seed_ready(25).await;
+    let db = TestDb::with_backlog(25).await;
     let all = ids(&db, "SELECT id FROM outbox").await;
     let v = run_json(
         &db,

@@ -570,8 +570,7 @@ async fn bad_arguments_are_refused_before_anything_is_deleted() {
 
 #[tokio::test]
 async fn prune_in_a_loop_while_relays_publish_loses_nothing() {
-    let db = TestDb::new().await;
-    db.seed_ready(6_000).await;
+    let db = TestDb::with_backlog(6_000).await;
     let pending = ids(&db, "SELECT id FROM outbox").await;
     let history = published(&db, 2_000, "8 days").await.len() as u64;
     let dir = tempfile::tempdir().unwrap();
@@ -584,9 +583,7 @@ async fn prune_in_a_loop_while_relays_publish_loses_nothing() {
     let mut runs = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let left = db
-            .scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await;
+        let left = db.count("published_at IS NULL").await;
         let v = run_json(
             &db,
             &[

@@ -691,8 +691,7 @@ async fn a_bad_line_after_the_first_batch_leaves_an_empty_table_empty() {
 
 #[tokio::test]
 async fn every_bad_flag_is_named_exits_2_and_changes_nothing() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let before = table_state(&db).await;
     let dir = tempfile::tempdir().unwrap();
     let bad_body = dir.path().join("bad.json");
@@ -844,8 +843,7 @@ fn line_with_a_huge_key(n: usize) -> String {
 
 #[tokio::test]
 async fn a_value_over_a_postgresql_size_limit_exits_2_naming_its_lines_and_inserts_nothing() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let before = table_state(&db).await;
     // Bulk: lines of ~70 bytes in batches of 5000: the batch of the bad line 4 is lines 1-5.
     let mut input = String::new();

@@ -199,8 +199,7 @@ async fn requeue_by_filter_all_and_limit_touches_only_selected_dead_rows() {
 
 #[tokio::test]
 async fn dry_run_lists_exactly_what_the_real_run_requeues_in_batches() {
-    let db = TestDb::new().await;
-    db.seed_ready(40).await;
+    let db = TestDb::with_backlog(40).await;
     db.exec(
         "UPDATE outbox SET dead_lettered_at = now() - (id || ' minutes')::interval,
                 attempt_count = 5, last_error = 'boom'",
@@ -256,8 +255,7 @@ async fn refuses_without_a_clear_selection_and_changes_nothing() {
 
 #[tokio::test]
 async fn concurrent_requeues_requeue_each_row_exactly_once() {
-    let db = TestDb::new().await;
-    db.seed_ready(300).await;
+    let db = TestDb::with_backlog(300).await;
     db.exec("UPDATE outbox SET dead_lettered_at = now(), attempt_count = 10, last_error = 'x'")
         .await;
     let children: Vec<_> = (0..3)
@@ -299,8 +297,7 @@ async fn concurrent_requeues_requeue_each_row_exactly_once() {
 
 #[tokio::test]
 async fn requeue_while_two_relays_run_publishes_each_requeued_event_exactly_once() {
-    let db = TestDb::new().await;
-    db.seed_ready(3_000).await;
+    let db = TestDb::with_backlog(3_000).await;
     // 2,000 dead letters (with the stale claim token the relay leaves), 1,000 ready events
     // flowing through the relays while the requeues run.
     db.exec(
@@ -347,11 +344,7 @@ async fn requeue_while_two_relays_run_publishes_each_requeued_event_exactly_once
     crate::support::wait_until(
         std::time::Duration::from_secs(120),
         "every event published",
-        || async {
-            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-                .await
-                == 0
-        },
+        || async { db.count("published_at IS NULL").await == 0 },
     )
     .await;
     for r in relays {
@@ -425,9 +418,5 @@ async fn a_schema_without_migration_3_is_told_to_migrate() {
     // Reading still works, with an empty requeue history.
     let v = run_json(&db, &["dead", "show", &d.to_string(), "--json"]);
     assert_eq!(v["requeues"], serde_json::json!([]));
-    assert_eq!(
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
-            .await,
-        1
-    );
+    assert_eq!(db.count("dead_lettered_at IS NOT NULL").await, 1);
 }

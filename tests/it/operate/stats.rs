@@ -500,8 +500,7 @@ async fn json_shape() {
 
 #[tokio::test]
 async fn a_never_analysed_table_has_an_unknown_size_not_zero() {
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     let v = stats_json(&db, &[]);
     assert!(v["table_rows_estimate"].is_null(), "{v}");
     let text = stdout(&stats(&db, &[]));
@@ -651,8 +650,7 @@ async fn no_statement_scans_published_history() {
 /// setting before the first figure and end it after the last.
 #[tokio::test]
 async fn figures_are_read_in_one_read_only_snapshot_without_jit() {
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     let out = db
         .cmd()
         .env("OUTBOXCTL_LOG", "sqlx::query=debug")

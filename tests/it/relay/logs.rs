@@ -66,8 +66,7 @@ fn with_message<'a>(
 #[tokio::test]
 async fn json_logs_cover_every_daemon_line_including_summary_and_second_signal() {
     // A daemon shut down once: its start, shutdown and summary lines.
-    let db = TestDb::new().await;
-    db.seed_ready(5).await;
+    let db = TestDb::with_backlog(5).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.jsonl");
     let mut child = relay_to_file(&db, Mode::Lease, &path)
@@ -78,9 +77,7 @@ async fn json_logs_cover_every_daemon_line_including_summary_and_second_signal()
         .unwrap();
     let log = capture(child.stderr.take().unwrap());
     wait_until(Duration::from_secs(20), "all published", || async {
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-            .await
-            == 5
+        db.count("published_at IS NOT NULL").await == 5
     })
     .await;
     signal(&child, "TERM");
@@ -139,8 +136,7 @@ async fn json_logs_cover_every_daemon_line_including_summary_and_second_signal()
         .contains("cannot connect to PostgreSQL"));
 
     // A daemon stuck in a publish gets a second signal: the exit message is JSON too.
-    let db = TestDb::new().await;
-    db.seed_ready(1).await;
+    let db = TestDb::with_backlog(1).await;
     let started = Arc::new(AtomicUsize::new(0));
     let release = Arc::new((Mutex::new(false), Condvar::new()));
     let (s, r) = (Arc::clone(&started), Arc::clone(&release));
@@ -239,9 +235,7 @@ async fn a_dead_letter_logs_a_warn_with_id_type_and_error_but_never_the_payload(
                 "{mode:?}: {line:?}"
             );
         }
-        let dead_rows: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
-            .await;
+        let dead_rows = db.count("dead_lettered_at IS NOT NULL").await;
         assert_eq!(dead_rows, 2, "{mode:?}");
     }
 }

@@ -318,9 +318,7 @@ async fn an_event_larger_than_batch_bytes_is_still_delivered_whole() {
             })
             .collect();
         assert_eq!(got, want, "{mode}");
-        let left: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await;
+        let left = db.count("published_at IS NULL").await;
         assert_eq!(left, 0, "{mode}");
     }
 }
@@ -355,9 +353,7 @@ async fn peak_rss_over_large_payloads(depth: u32) -> u64 {
     let mut out = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
     wait_until(Duration::from_secs(120), "every row published", || async {
-        let left: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await;
+        let left = db.count("published_at IS NULL").await;
         left == 0
     })
     .await;
@@ -396,8 +392,7 @@ async fn two_batches_in_flight_hold_at_most_two_byte_budgets() {
 
 #[tokio::test]
 async fn long_lists_stream_in_pages_and_json_keeps_its_shape() {
-    let db = TestDb::new().await;
-    db.seed_ready(2500).await;
+    let db = TestDb::with_backlog(2500).await;
     db.exec("UPDATE outbox SET dead_lettered_at = now() - id * interval '1 s', last_error = 'boom' WHERE id % 2 = 0")
         .await;
     // JSON: the whole list, count first, same keys as ever; more than --limit sets truncated.

@@ -136,8 +136,7 @@ fn value(text: &str, name: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn counters_match_what_the_sink_received_and_promtool_accepts_the_scrape() {
-    let db = TestDb::new().await;
-    db.seed_ready(30).await;
+    let db = TestDb::with_backlog(30).await;
     // Every tenth event is rejected for good (dead letter); event 5 fails once, then goes through.
     let failed_once = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&failed_once);
@@ -176,12 +175,8 @@ async fn counters_match_what_the_sink_received_and_promtool_accepts_the_scrape()
     let text = d
         .wait_metric("outboxctl_events_published_total", 27.0)
         .await;
-    let published: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-        .await;
-    let dead: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
-        .await;
+    let published = db.count("published_at IS NOT NULL").await;
+    let dead = db.count("dead_lettered_at IS NOT NULL").await;
     let received: BTreeSet<i64> = server
         .accepted()
         .iter()
@@ -353,17 +348,12 @@ async fn readyz_is_503_while_the_database_is_unreachable_and_200_after() {
     // And the relay works again through it.
     db.seed_ready(5).await;
     d.wait_metric("outboxctl_events_published_total", 5.0).await;
-    assert_eq!(
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-            .await,
-        5
-    );
+    assert_eq!(db.count("published_at IS NOT NULL").await, 5);
 }
 
 #[tokio::test]
 async fn readyz_is_503_while_the_sink_circuit_is_open_and_200_after() {
-    let db = TestDb::new().await;
-    db.seed_ready(5).await;
+    let db = TestDb::with_backlog(5).await;
     let sink_port = crate::support::port(18404);
     let d = Daemon::start(
         db.cmd(),
@@ -734,8 +724,7 @@ fn kind_any<'a>(docs: &'a [(String, serde_yaml::Value)], kind: &str) -> &'a serd
 /// since it first fell due (created 10 minutes ago, due at once).
 #[tokio::test]
 async fn the_lag_gauge_counts_lateness_not_age() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     db.exec(
         "UPDATE outbox SET created_at = now() - interval '20 minutes',
                 available_at = now() + interval '1 hour' WHERE id = 1;

@@ -150,8 +150,7 @@ async fn published(db: &TestDb) -> i64 {
 #[tokio::test]
 async fn depth_2_claims_the_next_batch_while_one_publishes() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(1000).await;
+        let db = TestDb::with_backlog(1000).await;
         let (sink, gate) = HoldSink::new(false);
         let r = relay(&db, sink.clone(), mode, 2).await;
         let run = tokio::spawn(async move {
@@ -180,9 +179,7 @@ async fn depth_2_claims_the_next_batch_while_one_publishes() {
             sink.calls()
         );
         assert_eq!(published(&db).await, 1000, "{mode:?}");
-        let leased: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE locked_until IS NOT NULL")
-            .await;
+        let leased = db.count("locked_until IS NOT NULL").await;
         assert_eq!(leased, 0, "{mode:?}: no lease left");
     }
 }
@@ -259,9 +256,7 @@ async fn once_claims_what_was_locked_behind_its_cursor_before_it_ends() {
             gate.send(true).unwrap();
             let report = run.await.unwrap().unwrap();
             assert_eq!(report.published, 300, "{what}");
-            let left: i64 = db
-                .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-                .await;
+            let left = db.count("published_at IS NULL").await;
             assert_eq!(left, 0, "{what}: nothing left behind");
             let ids = sink.inner.ids();
             assert_eq!(ids.len(), 300, "{what}: none twice");
@@ -279,8 +274,7 @@ async fn once_claims_what_was_locked_behind_its_cursor_before_it_ends() {
 #[tokio::test]
 async fn depth_2_never_claims_past_max_events() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(1000).await;
+        let db = TestDb::with_backlog(1000).await;
         let (sink, _gate) = HoldSink::new(true);
         let r = relay(&db, sink.clone(), mode, 2).await;
         let limits = OnceLimits {
@@ -308,8 +302,7 @@ async fn depth_2_never_claims_past_max_events() {
 #[tokio::test]
 async fn shutdown_with_two_batches_in_flight_settles_both() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(1000).await;
+        let db = TestDb::with_backlog(1000).await;
         let (sink, gate) = HoldSink::new(false);
         let r = relay(&db, sink.clone(), mode, 2).await;
         let shutdown = CancellationToken::new();
@@ -333,8 +326,8 @@ async fn shutdown_with_two_batches_in_flight_settles_both() {
         assert_eq!((report.claimed, report.published), (200, 200), "{mode:?}");
         assert_eq!(published(&db).await, 200, "{mode:?}: both batches settled");
         assert_eq!(sink.inner.ids().len(), 200, "{mode:?}");
-        let touched: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL AND (attempt_count > 0 OR locked_until IS NOT NULL)")
+        let touched = db
+            .count("published_at IS NULL AND (attempt_count > 0 OR locked_until IS NOT NULL)")
             .await;
         assert_eq!(touched, 0, "{mode:?}: nothing claimed after the signal");
     }
@@ -345,8 +338,7 @@ async fn shutdown_with_two_batches_in_flight_settles_both() {
 #[tokio::test]
 async fn an_open_circuit_probes_one_step_at_a_time() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(1000).await;
+        let db = TestDb::with_backlog(1000).await;
         let (sink, _gate) = HoldSink::new(true);
         *sink.inner.down.lock().unwrap() = Some(SinkError::Unavailable {
             message: "down for the test".into(),
@@ -396,8 +388,7 @@ async fn an_open_circuit_probes_one_step_at_a_time() {
 #[tokio::test]
 async fn kill_9_at_depth_2_resends_at_most_two_batches() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(1000).await;
+        let db = TestDb::with_backlog(1000).await;
         let dir = tempfile::tempdir().unwrap();
         let first = dir.path().join("first.jsonl");
         let mut child = relay_to_file(&db, mode, &first)

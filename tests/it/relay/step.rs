@@ -61,8 +61,7 @@ fn rows(n: i64) -> sql::BatchLimit {
 
 #[tokio::test]
 async fn claim_respects_the_batch_and_concurrent_claims_are_disjoint() {
-    let db = TestDb::new().await;
-    db.seed_ready(1000).await;
+    let db = TestDb::with_backlog(1000).await;
     let mut conns = Vec::new();
     for _ in 0..3 {
         conns.push(db.pool.acquire().await.unwrap());
@@ -109,9 +108,7 @@ async fn claim_respects_the_batch_and_concurrent_claims_are_disjoint() {
     }
     ta.commit().await.unwrap();
     tb.rollback().await.unwrap();
-    let published: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-        .await;
+    let published = db.count("published_at IS NOT NULL").await;
     assert_eq!(
         published, 300,
         "the committed tx claim marked its rows; the rolled back one did not"
@@ -122,8 +119,7 @@ async fn claim_respects_the_batch_and_concurrent_claims_are_disjoint() {
 /// their rows through the partial ready index, never by a scan or a sort of published history.
 #[tokio::test]
 async fn claim_uses_the_ready_index_not_published_history() {
-    let db = TestDb::new().await;
-    db.seed_ready(20_000).await;
+    let db = TestDb::with_backlog(20_000).await;
     db.exec("UPDATE outbox SET published_at = now() WHERE id <= 19000; ANALYZE outbox")
         .await;
     let mut c = db.pool.acquire().await.unwrap();
@@ -163,8 +159,7 @@ async fn claim_uses_the_ready_index_not_published_history() {
 #[tokio::test]
 async fn step_publishes_and_marks_in_both_modes() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(250).await;
+        let db = TestDb::with_backlog(250).await;
         let sink = Arc::new(MemorySink::default());
         let r = relay(&db, sink.clone(), mode, 5).await;
         let report =
@@ -175,8 +170,8 @@ async fn step_publishes_and_marks_in_both_modes() {
         let mut ids = sink.ids();
         ids.sort();
         assert_eq!(ids, (1..=250).collect::<Vec<_>>(), "{mode:?}");
-        let left: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL OR locked_until IS NOT NULL OR attempt_count <> 1")
+        let left = db
+            .count("published_at IS NULL OR locked_until IS NOT NULL OR attempt_count <> 1")
             .await;
         assert_eq!(left, 0, "{mode:?}: every row published once, lease cleared");
         // The document carries the dedup id and the row's fields.
@@ -195,8 +190,7 @@ async fn step_publishes_and_marks_in_both_modes() {
 #[tokio::test]
 async fn failures_back_off_then_dead_letter_after_max_attempts_and_poison_goes_at_once() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(10).await;
+        let db = TestDb::with_backlog(10).await;
         let sink = Arc::new(MemorySink::default());
         sink.retryable_ids.lock().unwrap().insert(3);
         sink.permanent_ids.lock().unwrap().insert(7);
@@ -277,8 +271,7 @@ async fn a_sink_that_cannot_take_the_batch_changes_no_row() {
             SinkError::Stalled("stdout reads slower than the lease allows".into()),
         ),
     ] {
-        let db = TestDb::new().await;
-        db.seed_ready(10).await;
+        let db = TestDb::with_backlog(10).await;
         // Rows with a history: two failed attempts and an error; the give-back keeps it all.
         db.exec("UPDATE outbox SET attempt_count = 2, last_error = 'HTTP 500' WHERE id <= 5")
             .await;
@@ -323,8 +316,7 @@ async fn a_sink_that_cannot_take_the_batch_changes_no_row() {
 
 #[tokio::test]
 async fn a_stale_relay_cannot_overwrite_the_newer_outcome() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let mut c = db.pool.acquire().await.unwrap();
     let (stale, fresh) = (Uuid::new_v4(), Uuid::new_v4());
     let first = sql::claim_lease(&mut c, rows(10), Duration::from_secs(30), stale)
@@ -391,8 +383,7 @@ async fn a_stale_relay_cannot_overwrite_the_newer_outcome() {
 #[tokio::test]
 async fn four_relay_processes_deliver_20k_events_exactly_once() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(20_000).await;
+        let db = TestDb::with_backlog(20_000).await;
         let dir = tempfile::tempdir().unwrap();
         let children: Vec<_> = (0..4)
             .map(|i| {
@@ -422,9 +413,7 @@ async fn four_relay_processes_deliver_20k_events_exactly_once() {
         );
         let distinct: HashSet<_> = all.iter().collect();
         assert_eq!(distinct.len(), 20_000, "{mode:?}");
-        let unpublished: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await;
+        let unpublished = db.count("published_at IS NULL").await;
         assert_eq!(unpublished, 0, "{mode:?}");
     }
 }
@@ -432,8 +421,7 @@ async fn four_relay_processes_deliver_20k_events_exactly_once() {
 #[tokio::test]
 async fn kill_9_after_publish_before_settle_loses_nothing() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(1000).await;
+        let db = TestDb::with_backlog(1000).await;
         let dir = tempfile::tempdir().unwrap();
         let first = dir.path().join("first.jsonl");
         // One batch in flight (the depth-2 bound: pipeline::kill_9_at_depth_2_...).
@@ -464,15 +452,11 @@ async fn kill_9_after_publish_before_settle_loses_nothing() {
         // Lease mode: the rows stay leased until it expires; expire it rather than wait.
         // Tx mode: the killed session's transaction rolled back, so nothing is held.
         if mode == Mode::Lease {
-            let leased: i64 = db
-                .scalar("SELECT count(*) FROM outbox WHERE locked_until > now()")
-                .await;
+            let leased = db.count("locked_until > now()").await;
             assert_eq!(leased, 300);
             db.exec("UPDATE outbox SET locked_until = now() - interval '1 millisecond' WHERE locked_until IS NOT NULL").await;
         } else {
-            let published: i64 = db
-                .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-                .await;
+            let published = db.count("published_at IS NOT NULL").await;
             assert_eq!(published, 0, "the killed transaction rolled back");
         }
         let second = dir.path().join("second.jsonl");
@@ -512,9 +496,7 @@ async fn kill_9_after_publish_before_settle_loses_nothing() {
         for id in &dupes {
             assert_eq!(k1[id], k2[id]);
         }
-        let unpublished: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await;
+        let unpublished = db.count("published_at IS NULL").await;
         assert_eq!(unpublished, 0);
     }
 }
@@ -564,9 +546,7 @@ async fn daemon_delivers_a_notified_event_in_milliseconds_and_a_delayed_one_on_t
         .await;
         // The line is in the file a moment before the mark commits.
         wait_until(Duration::from_secs(5), "both events marked", || async {
-            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-                .await
-                == 2
+            db.count("published_at IS NOT NULL").await == 2
         })
         .await;
         // Lateness from the database's own timestamps. In tx mode published_at is the claim's
@@ -594,20 +574,11 @@ async fn daemon_delivers_a_notified_event_in_milliseconds_and_a_delayed_one_on_t
 
 #[tokio::test]
 async fn once_exit_codes_for_unreachable_database_and_sink() {
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     let out = db
-        .cmd()
-        .args([
-            "relay",
-            "--once",
-            "-vv",
-            "--sink",
-            "http://hook:s3cr3t@127.0.0.1:9/x?token=t0k3n",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+        .relay("http://hook:s3cr3t@127.0.0.1:9/x?token=t0k3n")
+        .args(["-vv"])
+        .once(5);
     assert!(
         stderr(&out).contains("is unavailable: cannot connect"),
         "{}",
@@ -635,7 +606,9 @@ async fn once_exit_codes_for_unreachable_database_and_sink() {
             .all(|e| !e.contains("s3cr3t") && !e.contains("t0k3n")),
         "{errors:?}"
     );
-    let untouched: i64 = db.scalar("SELECT count(*) FROM outbox WHERE attempt_count = 0 AND last_error IS NULL AND dead_lettered_at IS NULL").await;
+    let untouched = db
+        .count("attempt_count = 0 AND last_error IS NULL AND dead_lettered_at IS NULL")
+        .await;
     assert_eq!(untouched, 3, "an unreachable sink charges no attempt");
 
     let out = crate::support::bin()
@@ -655,8 +628,7 @@ async fn once_exit_codes_for_unreachable_database_and_sink() {
 #[tokio::test]
 async fn survives_pg_terminate_backend_mid_run() {
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(6_000).await;
+        let db = TestDb::with_backlog(6_000).await;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.jsonl");
         let mut child = relay_to_file(&db, mode, &path)
@@ -668,9 +640,7 @@ async fn survives_pg_terminate_backend_mid_run() {
         let mut kills = 0;
         for target in [1_000, 2_500, 4_000] {
             wait_until(Duration::from_secs(20), "progress", || async {
-                db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-                    .await
-                    >= target
+                db.count("published_at IS NOT NULL").await >= target
             })
             .await;
             // Only this relay's backends: tests running beside this one use the same
@@ -688,11 +658,7 @@ async fn survives_pg_terminate_backend_mid_run() {
         wait_until(
             Duration::from_secs(60),
             "everything published after the reconnects",
-            || async {
-                db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-                    .await
-                    == 0
-            },
+            || async { db.count("published_at IS NULL").await == 0 },
         )
         .await;
         signal(&child, "TERM");
@@ -704,29 +670,13 @@ async fn survives_pg_terminate_backend_mid_run() {
 
 #[tokio::test]
 async fn once_honours_max_events_and_rejects_bad_settings() {
-    let db = TestDb::new().await;
-    db.seed_ready(1000).await;
-    let out = db
-        .cmd()
-        .args([
-            "relay",
-            "--once",
-            "--sink",
-            "null",
-            "--batch-size",
-            "100",
-            "--max-events",
-            "250",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let db = TestDb::with_backlog(1000).await;
+    let v = db
+        .relay("null")
+        .args(["--batch-size", "100", "--max-events", "250"])
+        .once_json();
     assert_eq!(v["published"], 250);
-    let published: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-        .await;
+    let published = db.count("published_at IS NOT NULL").await;
     assert_eq!(published, 250, "stopped at --max-events");
 
     for (args, want) in [
@@ -763,9 +713,7 @@ async fn once_honours_max_events_and_rejects_bad_settings() {
             "{args:?}: {err}"
         );
     }
-    let published: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-        .await;
+    let published = db.count("published_at IS NOT NULL").await;
     assert_eq!(published, 250, "bad settings changed nothing");
 }
 
@@ -815,8 +763,7 @@ async fn next_due_sees_due_rows_scheduled_rows_and_lease_expiry() {
 async fn claims_generic_plans_never_scan_the_table() {
     // A prepared statement switches to a generic plan after five runs; with a join on `id` that
     // plan was a hash join over a Seq Scan of the whole table (history included).
-    let db = TestDb::new().await;
-    db.seed_ready(20_000).await;
+    let db = TestDb::with_backlog(20_000).await;
     db.exec("UPDATE outbox SET published_at = now() WHERE id <= 15000; ANALYZE outbox")
         .await;
     let mut c = db.pool.acquire().await.unwrap();
@@ -929,8 +876,7 @@ async fn assert_tid_scan_plan(c: &mut sqlx::PgConnection, name: &str, args: &str
 #[tokio::test]
 async fn claims_are_planned_once_per_connection() {
     // Re-planning the byte-budgeted claim at every run was half of a small claim's server cost.
-    let db = TestDb::new().await;
-    db.seed_ready(50).await;
+    let db = TestDb::with_backlog(50).await;
     let pool = outboxctl::db::pool_for_relay(&db.config(), 1, true, Duration::from_secs(30))
         .await
         .unwrap();
@@ -1068,15 +1014,8 @@ async fn auto_mode_picks_tx_for_sinks_that_publish_a_batch_within_one_timeout() 
         (format!("{amqp}?routing_key={queue}"), "lease"),
     ];
     for (sink, expected) in cases {
-        let db = TestDb::new().await;
-        db.seed_ready(12).await;
-        let mut cmd = db.cmd();
-        cmd.args(["relay", "--once", "--json", "--sink", &sink]);
-        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-            .await
-            .unwrap();
-        assert!(out.status.success(), "{sink}: {}", stderr(&out));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let db = TestDb::with_backlog(12).await;
+        let v = db.relay(&sink).once_json_off_runtime().await;
         assert_eq!(v["published"], 12, "{sink}: {v}");
         let (published, tokens, first_attempts): (i64, i64, i64) = sqlx::query_as(
             "SELECT count(*) FILTER (WHERE published_at IS NOT NULL), count(claim_token),
@@ -1119,8 +1058,7 @@ async fn auto_mode_picks_tx_for_sinks_that_publish_a_batch_within_one_timeout() 
 async fn an_event_ready_behind_the_claim_cursor_is_claimed_within_the_bound() {
     let poll = Duration::from_millis(200);
     for mode in MODES {
-        let db = TestDb::new().await;
-        db.seed_ready(2_000).await;
+        let db = TestDb::with_backlog(2_000).await;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.jsonl");
         let mut child = relay_to_file(&db, mode, &path)
@@ -1130,9 +1068,7 @@ async fn an_event_ready_behind_the_claim_cursor_is_claimed_within_the_bound() {
             .spawn()
             .unwrap();
         wait_until(Duration::from_secs(30), "the backlog drained", || async {
-            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-                .await
-                == 0
+            db.count("published_at IS NULL").await == 0
         })
         .await;
         let behind: i64 = db

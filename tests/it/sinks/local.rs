@@ -51,8 +51,7 @@ async fn once_into_head_gives_the_batch_back_untouched_and_exits_0() {
     for (mode, depth) in [("tx", "1"), ("lease", "1"), ("tx", "2"), ("lease", "2")] {
         let mode_depth = format!("{mode} --pipeline-depth {depth}");
         let mode = mode_depth.as_str();
-        let db = TestDb::new().await;
-        db.seed_ready(5000).await;
+        let db = TestDb::with_backlog(5000).await;
         let mut cmd = db.cmd();
         cmd.args(["relay", "--once", "--sink", "stdout", "--mode"])
             .args(mode.split(' '));
@@ -81,8 +80,7 @@ async fn once_into_head_gives_the_batch_back_untouched_and_exits_0() {
 #[tokio::test]
 async fn a_daemon_on_a_closed_stdout_stops_cleanly() {
     for depth in ["1", "2"] {
-        let db = TestDb::new().await;
-        db.seed_ready(5000).await;
+        let db = TestDb::with_backlog(5000).await;
         let mut cmd = db.cmd();
         cmd.args(["relay", "--sink", "stdout", "--poll-interval", "60s"])
             .args(["--pipeline-depth", depth]);
@@ -100,8 +98,7 @@ async fn a_daemon_on_a_closed_stdout_stops_cleanly() {
 #[tokio::test]
 async fn a_full_disk_leaves_no_half_line_and_charges_nothing() {
     for mode in ["tx", "lease"] {
-        let db = TestDb::new().await;
-        db.seed_ready(2000).await;
+        let db = TestDb::with_backlog(2000).await;
         let fs = Tmpfs::mount("64k");
         let path = fs.dir.path().join("out.jsonl");
         let run = || {
@@ -180,8 +177,7 @@ async fn a_full_disk_leaves_no_half_line_and_charges_nothing() {
 #[tokio::test]
 async fn a_consumer_slower_than_the_lease_rolls_back_and_says_so() {
     for mode in ["tx", "lease"] {
-        let db = TestDb::new().await;
-        db.seed_ready(5000).await;
+        let db = TestDb::with_backlog(5000).await;
         // A real pipe whose reader never reads (the test holds its end open).
         let mut relay = db
             .cmd()
@@ -231,8 +227,7 @@ async fn a_consumer_slower_than_the_lease_rolls_back_and_says_so() {
 /// refused before anything is claimed, pointing at `--sink null`.
 #[tokio::test]
 async fn a_stdout_sink_into_dev_null_or_a_closed_stdout_is_refused() {
-    let db = TestDb::new().await;
-    db.seed_ready(5).await;
+    let db = TestDb::with_backlog(5).await;
     for redirect in [">/dev/null", ">&-"] {
         for once in [true, false] {
             // The real binary with the test environment, through sh for the redirection.
@@ -338,9 +333,7 @@ async fn sighup_reopens_the_file_after_a_rotation_and_never_stops_the_relay() {
         "the rotated file kept what it had, nothing more"
     );
     assert_eq!(new, ids[5..], "every later event went to the new file");
-    let unpublished: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-        .await;
+    let unpublished = db.count("published_at IS NULL").await;
     assert_eq!(unpublished, 0);
     // A second rotation with nothing new, then the usual stop: a clean exit with its summary.
     signal(&relay, "HUP");
@@ -392,11 +385,7 @@ async fn sighup_is_harmless_for_other_sinks() {
     wait_until(
         Duration::from_secs(20),
         "relayed after the SIGHUP",
-        || async {
-            db.scalar::<i64>("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
-                .await
-                == 3
-        },
+        || async { db.count("published_at IS NOT NULL").await == 3 },
     )
     .await;
     signal(&relay, "TERM");

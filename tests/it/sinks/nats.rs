@@ -2,14 +2,13 @@
 
 use async_nats::jetstream;
 
-use crate::support::{stderr, stdout, TestDb};
+use crate::support::{stderr, TestDb, UNTOUCHED};
 
 const NATS: &str = "127.0.0.1:4222";
 
 #[tokio::test]
 async fn publishes_to_jetstream_and_the_stream_drops_republished_duplicates() {
-    let db = TestDb::new().await;
-    db.seed_ready(20).await;
+    let db = TestDb::with_backlog(20).await;
     let prefix = format!("obx{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     let js = jetstream::new(
         async_nats::connect(NATS)
@@ -25,16 +24,9 @@ async fn publishes_to_jetstream_and_the_stream_drops_republished_duplicates() {
         .await
         .unwrap();
     let sink = format!("nats://{NATS}?subject={prefix}.{{event_type}}");
-    let relay = || {
-        db.cmd()
-            .args(["relay", "--once", "--json", "--sink", &sink])
-            .output()
-            .unwrap()
-    };
+    let relay = || db.relay(&sink).once_json();
 
-    let out = relay();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = relay();
     assert_eq!(
         (v["published"].as_u64(), v["mode"].as_str()),
         (Some(20), Some("lease"))
@@ -67,42 +59,27 @@ async fn publishes_to_jetstream_and_the_stream_drops_republished_duplicates() {
         "UPDATE outbox SET published_at = NULL, attempt_count = 0; DELETE FROM outbox_relay_floor",
     )
     .await;
-    let out = relay();
-    assert!(out.status.success(), "{}", stderr(&out));
+    relay();
     assert_eq!(
         stream.info().await.unwrap().state.messages,
         20,
         "duplicates dropped by the stream"
     );
-    let unpublished: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-        .await;
-    assert_eq!(unpublished, 0);
+    assert_eq!(db.count("published_at IS NULL").await, 0);
     js.delete_stream(prefix.to_uppercase()).await.unwrap();
 }
 
 #[tokio::test]
 async fn a_subject_no_stream_captures_is_retried_with_a_clear_error() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let prefix = format!(
         "nostream{}",
         &uuid::Uuid::new_v4().simple().to_string()[..10]
     );
     let out = db
-        .cmd()
-        .args(["relay", "--once", "--lease", "4s"])
-        .arg("--sink")
-        .arg(format!("nats://{NATS}?subject={prefix}.{{event_type}}"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(5),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+        .relay(format!("nats://{NATS}?subject={prefix}.{{event_type}}"))
+        .args(["--lease", "4s"])
+        .once(5);
     // No stream for any event of the batch is the server's configuration, not the events'
     // fault: given back untouched, and the reason is in the error.
     assert!(
@@ -117,11 +94,5 @@ async fn a_subject_no_stream_captures_is_retried_with_a_clear_error() {
         "{}",
         stderr(&out)
     );
-    let untouched: i64 = db
-        .scalar(
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL
-                AND attempt_count = 0 AND last_error IS NULL",
-        )
-        .await;
-    assert_eq!(untouched, 2);
+    assert_eq!(db.count(UNTOUCHED).await, 2);
 }

@@ -1,21 +1,15 @@
 //! The Redis Streams sink against the real Redis on 127.0.0.1:6379.
 
-use crate::support::{stderr, TestDb};
+use crate::support::{stderr, TestDb, UNTOUCHED};
 
 #[tokio::test]
 async fn appends_every_event_to_the_stream_with_its_dedup_id() {
-    let db = TestDb::new().await;
-    db.seed_ready(25).await;
+    let db = TestDb::with_backlog(25).await;
     let stream = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
-    let out = db
-        .cmd()
-        .args(["relay", "--once", "--json", "--batch-size", "10"])
-        .arg("--sink")
-        .arg(format!("redis://127.0.0.1:6379/0?stream={stream}"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = db
+        .relay(format!("redis://127.0.0.1:6379/0?stream={stream}"))
+        .args(["--batch-size", "10"])
+        .once_json();
     assert_eq!(v["published"], 25);
 
     let mut r = redis::Client::open("redis://127.0.0.1:6379/0")
@@ -50,36 +44,19 @@ async fn appends_every_event_to_the_stream_with_its_dedup_id() {
     ids.sort();
     assert_eq!(ids, (1..=25).collect::<Vec<_>>());
     let _: () = redis::cmd("DEL").arg(&stream).query(&mut r).unwrap();
-    let unpublished: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-        .await;
-    assert_eq!(unpublished, 0);
+    assert_eq!(db.count("published_at IS NULL").await, 0);
 }
 
 #[tokio::test]
 async fn redis_down_is_retried_not_dead_lettered() {
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
-    let out = db
-        .cmd()
-        .args([
-            "relay",
-            "--once",
-            "--sink",
-            "redis://127.0.0.1:9/0?stream=x",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let db = TestDb::with_backlog(3).await;
+    let out = db.relay("redis://127.0.0.1:9/0?stream=x").once(5);
     assert!(
         stderr(&out).contains("Redis: cannot connect"),
         "{}",
         stderr(&out)
     );
-    let untouched: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE attempt_count = 0 AND last_error IS NULL AND dead_lettered_at IS NULL AND published_at IS NULL")
-        .await;
-    assert_eq!(untouched, 3, "an outage charges no attempt");
+    assert_eq!(db.count(UNTOUCHED).await, 3, "an outage charges no attempt");
 }
 
 /// A Redis that answers every pipeline 800 ms late (the network in between is slow, the server is
@@ -87,24 +64,19 @@ async fn redis_down_is_retried_not_dead_lettered() {
 /// crate's connection manager times every response out after 500 ms unless told otherwise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_slower_than_half_a_second_but_within_the_publish_timeout_is_published() {
-    let db = TestDb::new().await;
-    db.seed_ready(30).await;
+    let db = TestDb::with_backlog(30).await;
     let slow = crate::support::net_delay::NetDelay::start(
         "127.0.0.1:6379",
         std::time::Duration::from_millis(800),
     )
     .await;
     let stream = format!("obx-test-{}", uuid::Uuid::new_v4().simple());
-    let mut cmd = db.cmd();
-    cmd.args(["relay", "--once", "--json", "--mode", "lease"])
+    let v = db
+        .relay(format!("redis://127.0.0.1:{}/0?stream={stream}", slow.port))
+        .mode("lease")
         .args(["--publish-timeout", "3s", "--lease", "10s"])
-        .arg("--sink")
-        .arg(format!("redis://127.0.0.1:{}/0?stream={stream}", slow.port));
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        .once_json_off_runtime()
+        .await;
     assert_eq!(v["published"], 30, "{v}");
     let mut r = redis::Client::open("redis://127.0.0.1:6379/0")
         .unwrap()

@@ -158,8 +158,7 @@ fn redis_conn(port: u16, password: Option<&str>) -> redis::Connection {
 #[tokio::test]
 async fn redis_a_key_of_the_wrong_type_fails_its_event_alone_and_stored_events_are_not_sent_again()
 {
-    let db = TestDb::new().await;
-    db.seed_ready(5).await;
+    let db = TestDb::with_backlog(5).await;
     let prefix = format!("br{}", uuid::Uuid::new_v4().simple());
     let mut r = redis_conn(6379, None);
     let _: () = redis::cmd("SET")
@@ -229,8 +228,7 @@ async fn redis_out_of_memory_opens_the_circuit_with_one_short_warn_and_charges_n
         .arg("1")
         .query(&mut r)
         .unwrap();
-    let db = TestDb::new().await;
-    db.seed_ready(500).await;
+    let db = TestDb::with_backlog(500).await;
     let sink = format!("redis://127.0.0.1:{port}/0?stream=oom");
     let (mut child, log) = daemon(&db, &sink, "500");
     let warn = circuit_opened(&log, 6).await;
@@ -259,8 +257,7 @@ async fn redis_out_of_memory_opens_the_circuit_with_one_short_warn_and_charges_n
 async fn redis_noauth_and_readonly_are_outages_that_charge_nothing() {
     let port = port(18801);
     let _server = ChildServer::redis_with(port, &["--requirepass", "sesame"]);
-    let db = TestDb::new().await;
-    db.seed_ready(5).await;
+    let db = TestDb::with_backlog(5).await;
     let out = once(&db, &format!("redis://127.0.0.1:{port}/0?stream=s"), &[]);
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     assert!(error_line(&out).contains("NOAUTH"), "{}", stderr(&out));
@@ -312,8 +309,7 @@ async fn nats_a_full_stream_defers_then_opens_the_circuit_and_charges_nothing() 
         ..Default::default()
     };
     js.create_stream(config.clone()).await.unwrap();
-    let db = TestDb::new().await;
-    db.seed_ready(10).await;
+    let db = TestDb::with_backlog(10).await;
     let sink = format!("nats://127.0.0.1:{port}?subject=full.{{aggregate_id}}");
     let (mut child, log) = daemon(&db, &sink, "10");
     let warn = circuit_opened(&log, 6).await;
@@ -360,8 +356,7 @@ async fn nats_permission_and_authorization_failures_name_the_cause_and_charge_no
         })
         .await
         .unwrap();
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     let sink = format!("nats://relay:pw@127.0.0.1:{port}?subject=p.{{aggregate_id}}");
     let timeouts = ["--publish-timeout", "2s", "--lease", "10s"];
     let out = once(&db, &sink, &timeouts);
@@ -410,8 +405,7 @@ async fn nats_permission_and_authorization_failures_name_the_cause_and_charge_no
 #[tokio::test]
 async fn http_a_status_every_event_meets_is_an_outage_that_exits_5_and_charges_nothing() {
     for status in [404u16, 401, 403, 301, 405, 410] {
-        let db = TestDb::new().await;
-        db.seed_ready(5).await;
+        let db = TestDb::with_backlog(5).await;
         let server = TestServer::start(0, move |_| {
             (
                 status,
@@ -440,8 +434,7 @@ async fn http_a_status_every_event_meets_is_an_outage_that_exits_5_and_charges_n
 /// fixed, everything is delivered at its first counted attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_a_wrong_path_opens_the_circuit_until_it_is_fixed() {
-    let db = TestDb::new().await;
-    db.seed_ready(50).await;
+    let db = TestDb::with_backlog(50).await;
     let answer = Arc::new(AtomicU16::new(404));
     let a = Arc::clone(&answer);
     let server = TestServer::start(0, move |_| (a.load(Ordering::SeqCst), vec![]));
@@ -465,8 +458,7 @@ async fn http_a_wrong_path_opens_the_circuit_until_it_is_fixed() {
 #[tokio::test]
 async fn http_per_event_refusals_stay_the_events_and_a_429_beside_200s_is_deferred() {
     for mode in ["lease", "tx"] {
-        let db = TestDb::new().await;
-        db.seed_ready(8).await;
+        let db = TestDb::with_backlog(8).await;
         let server = TestServer::start(0, |r| match r.json()["id"].as_i64() {
             Some(2) => (413, vec![]),
             Some(3) => (422, vec![]),
@@ -534,8 +526,7 @@ async fn rabbitmq_a_queue_at_its_max_length_with_reject_publish_charges_nothing(
     ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), args)
         .await
         .unwrap();
-    let db = TestDb::new().await;
-    db.seed_ready(5).await;
+    let db = TestDb::with_backlog(5).await;
     let sink = format!("{AMQP}?routing_key={queue}");
     let out = once(&db, &sink, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -578,8 +569,7 @@ async fn kafka_an_unknown_topic_is_named_and_charges_nothing() {
         )
         .await
         .expect("the topic is created");
-    let db = TestDb::new().await;
-    db.seed_ready(3).await;
+    let db = TestDb::with_backlog(3).await;
     let sink = format!("kafka://127.0.0.1:9092?topic={prefix}.{{aggregate_id}}");
     let props = ["--kafka-property", "allow.auto.create.topics=false"];
     let mut cmd = db.cmd();

@@ -11,7 +11,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties};
 
 use crate::support::servers::TestServer;
-use crate::support::{stderr, stdout, TestDb};
+use crate::support::{stderr, stdout_json, TestDb};
 
 const TENANT: &str = "6f9619ff-8b86-d011-b42d-00cf4fc964ff";
 
@@ -54,11 +54,6 @@ async fn key_of(db: &TestDb, id: i64) -> String {
     .await
 }
 
-fn relay_json(out: &std::process::Output) -> serde_json::Value {
-    assert!(out.status.success(), "{}{}", stdout(out), stderr(out));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", stdout(out)))
-}
-
 /// The hop-by-hop, framing and relay-set headers an event carries, in various spellings.
 const HTTP_HOSTILE: &[&str] = &[
     r#"{"Content-Length":"5","x-keep":"a"}"#,
@@ -79,12 +74,10 @@ async fn http_row_headers_never_change_framing_host_dedup_or_relay_headers() {
     }
     let server = TestServer::start(0, |_| (200, vec![]));
     let out = db
-        .cmd()
-        .args(["relay", "--once", "--json", "--sink", &server.url()])
-        .args(["--http-header", "X-Tenant: {tenant_id}"])
-        .output()
-        .unwrap();
-    let v = relay_json(&out);
+        .relay(server.url())
+        .args(["--json", "--http-header", "X-Tenant: {tenant_id}"])
+        .once(0);
+    let v = stdout_json(&out);
     assert_eq!(
         (v["published"].as_u64(), v["dead_lettered"].as_u64()),
         (Some(ids.len() as u64), Some(0)),
@@ -154,9 +147,7 @@ async fn http_row_headers_never_change_framing_host_dedup_or_relay_headers() {
         "one WARN per header name (any case): {err}"
     );
     assert!(err.contains("WARN"), "{err}");
-    let dead: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE dead_lettered_at IS NOT NULL")
-        .await;
+    let dead = db.count("dead_lettered_at IS NOT NULL").await;
     assert_eq!(dead, 0);
 }
 
@@ -214,13 +205,7 @@ async fn http_framing_on_the_wire_is_the_relays_own() {
             trailing,
         }
     });
-    let out = db
-        .cmd()
-        .args(["relay", "--once", "--json", "--sink"])
-        .arg(format!("http://127.0.0.1:{port}/in"))
-        .output()
-        .unwrap();
-    let v = relay_json(&out);
+    let v = db.relay(format!("http://127.0.0.1:{port}/in")).once_json();
     assert_eq!(v["published"], 1, "{v}");
     let raw = reader.join().unwrap();
     let lines: Vec<&str> = raw.head.lines().collect();
@@ -290,19 +275,10 @@ async fn nats_row_headers_never_purge_block_or_replace_the_dedup_id() {
     );
     let sink = format!("nats://{NATS}?subject={prefix}.{{event_type}}");
     let out = db
-        .cmd()
-        .args([
-            "relay",
-            "--once",
-            "--json",
-            "--sink",
-            &sink,
-            "--batch-size",
-            "1",
-        ])
-        .output()
-        .unwrap();
-    let v = relay_json(&out);
+        .relay(&sink)
+        .args(["--json", "--batch-size", "1"])
+        .once(0);
+    let v = stdout_json(&out);
     assert_eq!(
         (v["published"].as_u64(), v["retried"].as_u64()),
         (Some(ids.len() as u64), Some(0)),
@@ -373,12 +349,10 @@ async fn amqp_row_headers_never_carry_broker_arguments_or_relay_properties() {
         insert(&db, "a-2", &format!(r#"{{"{long_name}":"x","ok":"2"}}"#)).await,
     ];
     let out = db
-        .cmd()
-        .args(["relay", "--once", "--json", "--sink"])
-        .arg(format!("{AMQP}?routing_key={queue}"))
-        .output()
-        .unwrap();
-    let v = relay_json(&out);
+        .relay(format!("{AMQP}?routing_key={queue}"))
+        .args(["--json"])
+        .once(0);
+    let v = stdout_json(&out);
     assert_eq!(
         (v["published"].as_u64(), v["dead_lettered"].as_u64()),
         (Some(2), Some(0)),

@@ -83,8 +83,7 @@ async fn nats_auth_failure_never_shows_the_password() {
         port,
     )
     .await;
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let pw = canary();
     // The client retries in the background: the error stored is the publish timeout, the
     // reason is a WARN.
@@ -127,8 +126,7 @@ async fn redis_auth_failure_never_shows_the_password() {
         port,
     )
     .await;
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let pw = canary();
     let err = assert_hidden(
         &db,
@@ -141,8 +139,7 @@ async fn redis_auth_failure_never_shows_the_password() {
 
 #[tokio::test]
 async fn amqp_login_failure_never_shows_the_password() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let pw = canary();
     let err = assert_hidden(
         &db,
@@ -155,8 +152,7 @@ async fn amqp_login_failure_never_shows_the_password() {
 
 #[tokio::test]
 async fn http_auth_failure_and_refused_connections_never_show_the_password_or_query() {
-    let db = TestDb::new().await;
-    db.seed_ready(2).await;
+    let db = TestDb::with_backlog(2).await;
     let pw = canary();
     let server = crate::support::servers::TestServer::start(0, |_| (401, vec![]));
     let err = assert_hidden(

@@ -10,8 +10,7 @@ const VALID: &str =
 
 #[tokio::test]
 async fn an_unknown_placeholder_is_refused_at_start() {
-    let db = TestDb::new().await;
-    db.seed_ready(1).await;
+    let db = TestDb::with_backlog(1).await;
     let server = TestServer::start(0, |_| (200, vec![]));
     let url = server.url();
     let cases: Vec<(Vec<String>, &str)> = vec![
@@ -70,9 +69,7 @@ async fn an_unknown_placeholder_is_refused_at_start() {
         }
     }
     assert!(server.accepted().is_empty());
-    let pending: i64 = db
-        .scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL AND attempt_count = 0")
-        .await;
+    let pending = db.count("published_at IS NULL AND attempt_count = 0").await;
     assert_eq!(pending, 1, "nothing was claimed");
 }
 
@@ -85,16 +82,12 @@ async fn placeholder_values_are_not_expanded_again() {
     )
     .await;
     let server = TestServer::start(0, |_| (200, vec![]));
-    let out = db
-        .cmd()
-        .args(["relay", "--once", "--sink", &server.url()])
+    db.relay(server.url())
         .args([
             "--http-header",
             "X-Agg: {aggregate_id}/{event_type} {literal: 1}",
         ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+        .once(0);
     let got = server.accepted();
     assert_eq!(
         got[0].header("x-agg"),

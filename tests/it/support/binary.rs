@@ -35,6 +35,12 @@ pub fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// stdout of a finished command as the JSON document it must be.
+pub fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", stdout(out)))
+}
+
 /// Runs `cmd` to its end with stdin closed (no test waits on a terminal) and returns its output.
 pub fn output(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null()).output().expect("run outboxctl")
@@ -65,9 +71,7 @@ pub fn run(db: &TestDb, args: &[&str], code: i32) -> Output {
 
 /// Runs `outboxctl ARGS` against `db` and parses its stdout as JSON (exit code 0 expected).
 pub fn run_json(db: &TestDb, args: &[&str]) -> Value {
-    let out = run(db, args, 0);
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", stdout(&out)))
+    stdout_json(&run(db, args, 0))
 }
 
 /// Sends a signal to a child process.

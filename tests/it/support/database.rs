@@ -14,6 +14,11 @@ pub fn base_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
+/// Rows as the producer left them: not published, not dead, no attempt counted, no error. What a
+/// sink's outage (its state, not the events' fault) must leave a backlog as.
+pub const UNTOUCHED: &str =
+    "published_at IS NULL AND dead_lettered_at IS NULL AND attempt_count = 0 AND last_error IS NULL";
+
 /// A fresh schema, migrated unless made with [`TestDb::unmigrated`]. Dropped on drop.
 pub struct TestDb {
     pub schema: String,
@@ -106,6 +111,21 @@ impl TestDb {
             .execute(&self.pool)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// A fresh migrated schema holding a backlog of `n` ready events ([`TestDb::seed_ready`]): where
+    /// most relay and sink tests start.
+    pub async fn with_backlog(n: i64) -> Self {
+        let db = Self::new().await;
+        db.seed_ready(n).await;
+        db
+    }
+
+    /// How many outbox rows satisfy `condition` (SQL, e.g. `published_at IS NULL` or
+    /// [`UNTOUCHED`]).
+    pub async fn count(&self, condition: &str) -> i64 {
+        self.scalar(&format!("SELECT count(*) FROM outbox WHERE {condition}"))
+            .await
     }
 
     /// Inserts `n` ready events with keys `k-1`..`k-n`, the way seed 000's producer does.

@@ -2,7 +2,9 @@
 //! byte to a real server and delays what the server sends back (its replies, acks, confirms) by a
 //! fixed latency, so every request is slow while the server behind it works as usual. Bytes keep
 //! their order; the delay is latency, not bandwidth (pipelined replies are all late by the delay,
-//! not by the delay each). `bench/net_delay.py` is the same for the benchmarks.
+//! not by the delay each). The benchmarks run the same proxy as a program of its own, the example
+//! `net_delay` (`examples/net_delay.rs`, which includes this file; `bench/lib.sh`,
+//! `bench_net_delay`).
 
 use std::time::Duration;
 
@@ -20,7 +22,14 @@ pub struct NetDelay {
 impl NetDelay {
     /// Listens on a free port and forwards to `upstream` (host:port), replies `delay` late.
     pub async fn start(upstream: &str, delay: Duration) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(0, upstream, delay).await
+    }
+
+    /// [`NetDelay::start`] on the port `listen` of 127.0.0.1 (0: any free port).
+    pub async fn start_on(listen: u16, upstream: &str, delay: Duration) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", listen))
+            .await
+            .unwrap_or_else(|e| panic!("listen on 127.0.0.1:{listen}: {e}"));
         let port = listener.local_addr().unwrap().port();
         let upstream = upstream.to_owned();
         let accept = tokio::spawn(async move {

