@@ -98,9 +98,9 @@ SQL
         "$bin" --schema "$SCHEMA" publish --event-type order.placed --aggregate-type order \
           --aggregate-id one --payload '{"n":2}' >/dev/null
         psql_ -c "UPDATE $SCHEMA.outbox_relay_floor SET swept_at = swept_at - interval '1 day'" >/dev/null
-        t0=$(now)
+        t0=$(bench_now)
         "$bin" --schema "$SCHEMA" relay --once --sink null --mode "$mode" >/dev/null
-        t1=$(now)
+        t1=$(bench_now)
         due=$(echo "($t1 - $t0) * 1000 / 1" | bc)
         due_published=$(psql_ -c "SELECT round((extract(epoch FROM max(published_at)) - $t0) * 1000) FROM $SCHEMA.outbox")
       fi

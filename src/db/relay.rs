@@ -147,11 +147,14 @@ struct ClaimedWithBudget {
     row: ClaimedRow,
     position_at: chrono::DateTime<chrono::Utc>,
     budget_reached: bool,
+    /// The share claim's trailer: it took nothing and left larger rows ([`claim_sql`]).
+    trailer: bool,
 }
 
 impl Claim {
     fn from_rows(rows: Vec<ClaimedWithBudget>, sizing: Sizing) -> Self {
         let budget_reached = rows.first().is_some_and(|r| r.budget_reached);
+        let rows: Vec<_> = rows.into_iter().filter(|r| !r.trailer).collect();
         let positions = rows.iter().map(|r| Position {
             available_at: r.position_at,
             id: r.row.id,
@@ -223,16 +226,29 @@ fn claim_sql(set: &str, limit: BatchLimit, filter: &str, after: (u8, u8)) -> Str
                 SET {set}
               WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM sized WHERE over_budget = 0))
               {RETURNING}, o.available_at AS position_at,
-              EXISTS (SELECT FROM sized WHERE over_budget > 0) AS budget_reached",
+              EXISTS (SELECT FROM sized WHERE over_budget > 0) AS budget_reached,
+              false AS trailer",
             within_budget(limit, filter, after)
         ),
+        // When it takes nothing, one trailer row (`trailer`, placeholders in the event's
+        // columns) says whether rows larger than the share were left: without it an empty
+        // result could not tell that from nothing ready, and a running claim followed every
+        // empty one to find out, walking the same index entries again (twice the walk of a
+        // claim from the start while a snapshot keeps dead rows: 0.22 s each over 1M).
         Sizing::Share => format!(
-            "WITH t AS ({})
-             UPDATE outbox o
-                SET {set}
-              WHERE o.ctid = ANY((SELECT a FROM t)::tid[])
-              {RETURNING}, o.available_at AS position_at,
-              (SELECT '(0,0)'::tid = ANY(a) FROM t) AS budget_reached",
+            "WITH t AS ({}),
+             u AS (UPDATE outbox o
+                      SET {set}
+                    WHERE o.ctid = ANY((SELECT a FROM t)::tid[])
+                    {RETURNING}, o.available_at AS position_at)
+             SELECT u.*, (SELECT '(0,0)'::tid = ANY(a) FROM t) AS budget_reached,
+                    false AS trailer
+               FROM u
+             UNION ALL
+             SELECT 0, '00000000-0000-0000-0000-000000000000'::uuid, '', '', '', '{{}}', '{{}}', '',
+                    now(), 0, now(), true, true
+               FROM t
+              WHERE '(0,0)'::tid = ANY(a) AND NOT EXISTS (SELECT FROM u)",
             within_share(limit, filter, after)
         ),
     }
@@ -394,17 +410,18 @@ async fn claim_tx_once(
 }
 
 /// After `first`, a claim made with `limit`: the [`Sizing::Running`] limit to claim with at once
-/// when `first` was a [`Sizing::Share`] claim that took nothing. Nothing within the share says
-/// either that nothing is ready or that every ready row (of the first `rows`) is larger than
-/// the share, and only the running claim tells which (its cost on an empty backlog: one more
-/// statement per idle poll). It runs on the same connection (in tx mode, in the same
+/// when `first` was a [`Sizing::Share`] claim that took nothing and left rows larger than the
+/// share (its trailer row says so): every ready row of the first `rows` is larger, and the
+/// running claim takes them. It runs on the same connection (in tx mode, in the same
 /// transaction, so the share claim's locks on the rows it left, held until the transaction
 /// ends, are this transaction's own and do not hold it up).
 fn running_after(limit: BatchLimit, first: &Claim) -> Option<BatchLimit> {
-    (limit.sizing == Sizing::Share && first.rows.is_empty()).then_some(BatchLimit {
-        sizing: Sizing::Running,
-        ..limit
-    })
+    (limit.sizing == Sizing::Share && first.rows.is_empty() && first.left_large).then_some(
+        BatchLimit {
+            sizing: Sizing::Running,
+            ..limit
+        },
+    )
 }
 
 /// Lease mode: marks `ids` published if `token` still owns them. Returns the ids it marked.
