@@ -16,6 +16,7 @@ pub mod logging;
 pub mod ops;
 pub mod output;
 pub mod relay;
+pub mod schema;
 pub mod select;
 pub mod sink;
 pub mod size;

@@ -651,9 +651,6 @@ fn print_human(r: &BenchReport, args: &BenchArgs) -> anyhow::Result<()> {
 }
 
 /// The `--json` output of `bench` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    vec![crate::docs::json::Output::of::<BenchReport>(
-        "bench --json",
-        "",
-    )]
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    vec![crate::schema::Output::of::<BenchReport>("bench --json", "")]
 }

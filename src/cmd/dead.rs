@@ -173,8 +173,8 @@ impl<'a> From<&'a EventRow> for PublishLine<'a> {
 }
 
 /// The `--json` outputs of `dead` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    use crate::docs::json::Output;
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    use crate::schema::Output;
     vec![
         Output::of::<view::EventList<'static>>("dead list --json", "Newest dead first."),
         Output::of::<view::EventDetail<'static>>("dead show --json", ""),

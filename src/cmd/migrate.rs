@@ -189,8 +189,8 @@ fn print_status(schema: &str, migrations: &[MigrationStatus]) -> anyhow::Result<
 }
 
 /// The `--json` outputs of `migrate` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    use crate::docs::json::Output;
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    use crate::schema::Output;
     vec![
         Output::of::<ApplyReport<'static>>(
             "migrate --json",

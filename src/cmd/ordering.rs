@@ -374,8 +374,8 @@ async fn skip(args: OrderingSkipArgs) -> anyhow::Result<u8> {
 }
 
 /// The `--json` outputs of `ordering` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    use crate::docs::json::Output;
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    use crate::schema::Output;
     vec![
         Output::of::<ChangeReport>("ordering enable --json", "Also `ordering disable --json`."),
         Output::of::<StatusReport>("ordering status --json", ""),

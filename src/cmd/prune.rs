@@ -567,11 +567,8 @@ async fn prune_locked(
 }
 
 /// The `--json` output of `prune` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    vec![crate::docs::json::Output::of::<PruneReport>(
-        "prune --json",
-        "",
-    )]
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    vec![crate::schema::Output::of::<PruneReport>("prune --json", "")]
 }
 
 #[cfg(test)]

@@ -155,8 +155,8 @@ fn event_from_flags(args: &PublishArgs) -> Result<NewEvent, CodedError> {
 }
 
 /// The `--json` output of `publish` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    vec![crate::docs::json::Output::of::<PublishJson>(
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    vec![crate::schema::Output::of::<PublishJson>(
         "publish --json",
         "The same shape for one event from flags and for a `--file` of many.",
     )]

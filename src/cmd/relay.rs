@@ -356,8 +356,8 @@ fn spawn_signal_handler(
 }
 
 /// The `--json` output of `relay --once` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    vec![crate::docs::json::Output::of::<Summary<'static>>(
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    vec![crate::schema::Output::of::<Summary<'static>>(
         "relay --once --json",
         "The summary of the run, printed when it ends (on stderr instead when the sink is \
          stdout). With `--log-format json` and no `--json`, the same fields form the \

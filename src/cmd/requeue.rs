@@ -78,8 +78,8 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
 const REQUEUE: batch::Words = batch::Words::dead("requeue", "requeued", "requeuing");
 
 /// The `--json` output of `requeue` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    vec![crate::docs::json::Output::of::<DeadReport>(
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    vec![crate::schema::Output::of::<DeadReport>(
         "requeue --json",
         "With `--dry-run`, `events` lists what would be requeued and `ids` is absent.",
     )]

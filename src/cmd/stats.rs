@@ -5,8 +5,8 @@
 use std::path::Path;
 
 /// The `--json` outputs of `stats` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    use crate::docs::json::Output;
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    use crate::schema::Output;
     vec![
         Output::of::<StatsReport>(
             "stats --json",

@@ -7,53 +7,11 @@
 
 use std::fmt::Write;
 
-use schemars::generate::SchemaSettings;
-use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
 use super::{cell, header};
 
-/// One `--json` output (or JSON-lines stream) of a command.
-#[derive(Debug, Clone)]
-pub struct Output {
-    /// The command line that prints it, e.g. `relay --once --json`.
-    pub command: &'static str,
-    /// When it is printed, beyond the command line; may be empty.
-    pub note: &'static str,
-    /// JSON lines (one object per line) instead of one document.
-    pub lines: bool,
-    /// The schema of the document (of each line, for JSON lines), every subschema inlined.
-    pub schema: Schema,
-}
-
-impl Output {
-    pub fn of<T: JsonSchema>(command: &'static str, note: &'static str) -> Self {
-        Self {
-            command,
-            note,
-            lines: false,
-            schema: schema::<T>(),
-        }
-    }
-
-    pub fn lines_of<T: JsonSchema>(command: &'static str, note: &'static str) -> Self {
-        Self {
-            lines: true,
-            ..Self::of::<T>(command, note)
-        }
-    }
-}
-
-/// The schema of `T` with every subschema inlined (no `$ref`), so it reads top-down.
-pub fn schema<T: JsonSchema>() -> Schema {
-    // The serialize contract: an `Option` field without `skip_serializing_if` is always present
-    // (as null), so it is required.
-    SchemaSettings::draft2020_12()
-        .for_serialize()
-        .with(|s| s.inline_subschemas = true)
-        .into_generator()
-        .into_root_schema_for::<T>()
-}
+pub use crate::schema::{schema, Output};
 
 /// Every `--json` output, in the order of the commands.
 pub fn outputs() -> Vec<Output> {

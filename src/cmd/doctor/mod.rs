@@ -364,8 +364,8 @@ pub async fn diagnose(
 }
 
 /// The `--json` output of `doctor` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    vec![crate::docs::json::Output::of::<Report>(
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    vec![crate::schema::Output::of::<Report>(
         "doctor --json",
         "Each check's `details` is an object of its own figures (they differ by check).",
     )]

@@ -363,8 +363,8 @@ pub fn line_diff(a: &str, b: &str) -> Vec<String> {
 }
 
 /// The `--json` output of `events edit` (docs/reference/json.md).
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    vec![crate::docs::json::Output::of::<EditReport<'static>>(
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    vec![crate::schema::Output::of::<EditReport<'static>>(
         "events edit --json",
         "",
     )]

@@ -475,8 +475,8 @@ async fn reschedule_by_filter(
 }
 
 /// The `--json` outputs of `events` (docs/reference/json.md); `events edit` is in `edit`.
-pub fn json_outputs() -> Vec<crate::docs::json::Output> {
-    use crate::docs::json::Output;
+pub fn json_outputs() -> Vec<crate::schema::Output> {
+    use crate::schema::Output;
     vec![
         Output::of::<view::EventList<'static>>("events list --json", "Newest first."),
         Output::of::<view::EventDetail<'static>>("events show --json", ""),
