@@ -249,6 +249,53 @@ async fn a_share_claim_that_finds_only_large_rows_claims_them_by_running_size() 
     }
 }
 
+/// A share claim that takes nothing because nothing is ready says so (no trailer row), and no
+/// running claim follows it over the same index entries: under a held snapshot each walked every
+/// dead row, twice per empty claim from the start. Read from the relay's own statement log.
+#[tokio::test]
+async fn an_empty_share_claim_is_not_followed_by_a_running_claim_unless_it_left_large_rows() {
+    let db = TestDb::new().await;
+    let statements = |db: &TestDb| {
+        let out = db
+            .cmd()
+            .args(["relay", "--once", "--sink", "null", "--mode", "lease"])
+            .env("OUTBOXCTL_LOG", "sqlx::query=debug")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let log = stderr(&out);
+        (
+            log.matches("summary=\"WITH t AS").count(),
+            log.matches("summary=\"WITH sized AS").count(),
+        )
+    };
+    let (share, running) = statements(&db);
+    assert!(share >= 1, "the relay made a share claim");
+    assert_eq!(running, 0, "no running claim after an empty share claim");
+    // Only rows larger than the share: the share claim leaves them, and the running claim
+    // that follows takes them.
+    seed_payloads(&db, 3, INCOMPRESSIBLE_100K).await;
+    db.exec("DELETE FROM outbox_relay_floor").await;
+    let out = db
+        .cmd()
+        .args([
+            "relay",
+            "--once",
+            "--sink",
+            "null",
+            "--batch-bytes",
+            "512KiB",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        db.count("published_at IS NULL").await,
+        0,
+        "the large rows went out"
+    );
+}
+
 #[tokio::test]
 async fn a_relay_over_small_rows_with_large_ones_among_them_delivers_each_once() {
     let db = TestDb::new().await;
