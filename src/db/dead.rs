@@ -26,14 +26,15 @@ pub struct RequeueSpec {
 /// available_at), all in one statement. last_error is kept; `blocks_key` is cleared, so if the
 /// event dies again its key's `on_dead` policy decides afresh (an earlier `ordering skip`'s
 /// `false` would otherwise make the blocking trigger recompute over a later skip). Returns the
-/// ids requeued.
+/// ids requeued. The next `relay --once` run's ordered walk starts without its id floor, which
+/// the requeued rows may lie below ([`super::floor::forget_key_floor`]).
 pub async fn requeue(
     conn: &mut PgConnection,
     ids: &[i64],
     spec: &RequeueSpec,
     audit: &Audit,
 ) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    let requeued: Vec<i64> = sqlx::query_scalar(
         "WITH old AS (
              SELECT id, dead_lettered_at, attempt_count, last_error
                FROM outbox
@@ -65,8 +66,12 @@ pub async fn requeue(
     .bind(spec.delay_micros)
     .bind(audit.reason.as_deref())
     .bind(&audit.actor)
-    .fetch_all(conn)
-    .await
+    .fetch_all(&mut *conn)
+    .await?;
+    if !requeued.is_empty() {
+        super::floor::forget_key_floor(conn).await?;
+    }
+    Ok(requeued)
 }
 
 /// Deletes those of `ids` that are still dead-lettered and writes one `outbox_audit` row per

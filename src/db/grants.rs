@@ -107,6 +107,11 @@ pub fn privileges(u: Use) -> &'static [(&'static str, &'static str, &'static str
                 "TABLE outbox_ordering",
                 "which keys a dead letter blocks",
             ),
+            (
+                "UPDATE (key_floor)",
+                "TABLE outbox_relay_floor",
+                "a requeue makes the next `relay --once` look below the ordered walk's floor",
+            ),
             MIGRATIONS,
         ],
         Use::Monitor => &[

@@ -116,14 +116,16 @@ pub async fn status(conn: &mut PgConnection) -> sqlx::Result<Vec<StatusRow>> {
 }
 
 /// Switches ordering on for `types` (`["*"]`: every type), or changes their `on_dead`, and
-/// records it in the audit trail (action `ordering`). Returns the types whose row changed.
+/// records it in the audit trail (action `ordering`). Returns the types whose row changed. The
+/// next `relay --once` run's walk starts without its id floor: the newly ordered types' pending
+/// rows may lie below it ([`super::floor::forget_key_floor`]).
 pub async fn enable(
     conn: &mut PgConnection,
     types: &[String],
     on_dead: OnDead,
     audit: &Audit,
 ) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar(
+    let changed: Vec<String> = sqlx::query_scalar(
         "WITH up AS (
              INSERT INTO outbox_ordering (aggregate_type, on_dead, enabled_by)
              SELECT t, $2, $3 FROM unnest($1::text[]) t
@@ -141,8 +143,12 @@ pub async fn enable(
     .bind(on_dead.as_str())
     .bind(&audit.actor)
     .bind(audit.reason.as_deref())
-    .fetch_all(conn)
-    .await
+    .fetch_all(&mut *conn)
+    .await?;
+    if !changed.is_empty() {
+        super::floor::forget_key_floor(conn).await?;
+    }
+    Ok(changed)
 }
 
 /// Switches ordering off for `types`, or for every row when `types` is empty; audited. Returns
@@ -408,6 +414,16 @@ impl Default for Cursor {
     }
 }
 
+/// Where an ordered claim's walk starts: just after the key `cursor`, over the index entries of
+/// ids above `floor` (0: every entry). The entries at or below the floor are skipped inside the
+/// index, without reading their rows; a key with a pending row at or below it is not claimed (its
+/// head is that row, which the walk does not see).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WalkStart {
+    pub cursor: Cursor,
+    pub floor: i64,
+}
+
 /// What an ordered claim took, and where the next one goes on.
 #[derive(Debug, Default)]
 pub struct OrderedClaim {
@@ -417,6 +433,13 @@ pub struct OrderedClaim {
     /// More may be claimable now: the walk stopped before the last key, the byte budget left rows
     /// out, or a key had more rows than this claim took. (Not: keys before where the walk began.)
     pub more: bool,
+    /// The least id among the pending entries the walk read (above the floor): each key's first.
+    pub walk_min: Option<i64>,
+    /// The greatest id in the outbox that this claim's snapshot sees.
+    pub top: Option<i64>,
+    /// This claim's snapshot's `(xmin, xmax)`: every transaction below `xmin` had ended, every
+    /// one from `xmax` on had not begun.
+    pub xids: Option<(i64, i64)>,
 }
 
 /// How many index entries one claim's walk reads at most (of leased, backing-off, blocked, taken
@@ -447,6 +470,7 @@ fn chunk_source(all: bool, chunk: &str) -> String {
               WHERE o.published_at IS NULL AND o.dead_lettered_at IS NULL{type_cond}
                 AND (o.aggregate_type, o.tenant_id, o.aggregate_id)
                     > (h.aggregate_type, h.tenant_id, h.aggregate_id)
+                AND o.id > $11
                 AND ($3 OR o.aggregate_type = ANY($4))
               ORDER BY o.aggregate_type, o.tenant_id, o.aggregate_id, o.id
               LIMIT {chunk}"
@@ -467,12 +491,15 @@ fn chunk_source(all: bool, chunk: &str) -> String {
 /// The ordered claim, around `set`. Parameters: `$1` row limit, `$2` rows per key at most,
 /// `$3` every type ordered, `$4` the ordered types (sorted), `$5..$7` the cursor, `$8` index
 /// entries the walk reads at most, `$9` keys to gather at least when there are enough (so a
-/// batch of deep keys is still published over that many lanes), `$10` byte budget.
+/// batch of deep keys is still published over that many lanes), `$10` byte budget, `$11` the
+/// walk's id floor ([`WalkStart`]: 0 for none).
 ///
 /// - `walk`: from the cursor, chunks of the key index in key order ([`chunk_source`]), each
 ///   starting just after the key the previous one ended in (a fresh descent of the index, so the
 ///   rest of a deep key is skipped, not read). In key order a key's first pending entry is its
-///   *head*; a head is `free` when it is due, not leased, and its key not blocked. A step returns
+///   *head*; a head is `free` when it is due, not leased, its key not blocked, and (with a
+///   floor) the key has no pending row at or below the floor (that row, which the walk skipped
+///   inside the index, is the key's real head: the key waits for a pass without the floor). A step returns
 ///   the chunk's heads and its last entry (where the next step starts). It stops once the free
 ///   keys' entries cover `$1` rows (and `$9` keys, when there are as many), at `$8` entries, or
 ///   at the end of the keys; the key a full chunk ends in counts as four times the entries it
@@ -507,8 +534,11 @@ fn chunk_source(all: bool, chunk: &str) -> String {
 ///   The difference is an `EXCEPT` (hashed, linear), not `id <> ALL(upd's ids)` per taken row,
 ///   which is quadratic in the batch.
 ///
-/// The statement returns the claimed rows plus one trailer row (`trailer`) with the cursor and
-/// whether more may be claimable; the trailer's event columns are placeholders. The walk was at
+/// The statement returns the claimed rows plus one trailer row (`trailer`) with the cursor,
+/// whether more may be claimable, the least id the walk read (`walk_min`) and the greatest id in
+/// the outbox (`top`, a backward step of the primary key) with the snapshot's `xmin` and `xmax`,
+/// from which the relay raises its floor ([`crate::relay::ordering`]); the trailer's event
+/// columns are placeholders. The walk was at
 /// the end of the keys (`at_end`: the cursor goes back to the start) when its last chunk came back
 /// short or it stopped with none of its limits reached (the next chunk was empty). More may be
 /// claimable when it was not, when the budget left rows out, or when a key had more rows than its
@@ -568,6 +598,14 @@ fn claim_sql(set: &str, all: bool) -> String {
                                                            AND b.aggregate_type = x.aggregate_type
                                                            AND b.tenant_id = x.tenant_id
                                                            AND b.aggregate_id = x.aggregate_id)
+                                                     AND ($11 = 0 OR NOT EXISTS (
+                                                        SELECT FROM outbox p
+                                                         WHERE p.aggregate_type = x.aggregate_type
+                                                           AND p.tenant_id = x.tenant_id
+                                                           AND p.aggregate_id = x.aggregate_id
+                                                           AND p.id <= $11
+                                                           AND p.published_at IS NULL
+                                                           AND p.dead_lettered_at IS NULL))
                                                     ELSE false END AS free_head
                                           FROM (SELECT e.*,
                                                        row_number() OVER k = 1 AS first,
@@ -636,10 +674,11 @@ fn claim_sql(set: &str, all: bool) -> String {
             RETURNING {returning}
         )
         SELECT *, false AS trailer, NULL::text AS c_type, NULL::uuid AS c_tenant,
-               NULL::text AS c_agg, false AS more
+               NULL::text AS c_agg, false AS more, NULL::bigint AS walk_min,
+               NULL::bigint AS top, NULL::bigint AS xmin, NULL::bigint AS xmax
           FROM upd
         UNION ALL
-        SELECT *, false, NULL, NULL, NULL, false FROM moved
+        SELECT *, false, NULL, NULL, NULL, false, NULL, NULL, NULL, NULL FROM moved
         UNION ALL
         SELECT 0, '00000000-0000-0000-0000-000000000000', '', '', '', '{{}}', '{{}}', '', now(), 0,
                true,
@@ -650,17 +689,21 @@ fn claim_sql(set: &str, all: bool) -> String {
                NOT l.at_end
                  OR EXISTS (SELECT FROM budget WHERE rn > $1 OR (rn > 1 AND run > $10))
                  OR EXISTS (SELECT FROM rows WHERE NOT single GROUP BY head
-                             HAVING max(k) >= (SELECT per FROM share) AND bool_and(ok))
+                             HAVING max(k) >= (SELECT per FROM share) AND bool_and(ok)),
+               (SELECT min(id) FROM walk WHERE n > 0),
+               (SELECT max(id) FROM outbox),
+               pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+               pg_snapshot_xmax(pg_current_snapshot())::text::bigint
           FROM last l"
     )
 }
 
-/// Lease mode's ordered claim; `$11` lease in microseconds, `$12` claim token.
+/// Lease mode's ordered claim; `$12` lease in microseconds, `$13` claim token.
 pub fn claim_lease_sql(all: bool) -> String {
     claim_sql(
-        "locked_until = now() + $11 * interval '1 microsecond',
+        "locked_until = now() + $12 * interval '1 microsecond',
                attempt_count = o.attempt_count + 1,
-               claim_token = $12",
+               claim_token = $13",
         all,
     )
 }
@@ -685,6 +728,10 @@ struct OrderedRow {
     c_tenant: Option<Uuid>,
     c_agg: Option<String>,
     more: bool,
+    walk_min: Option<i64>,
+    top: Option<i64>,
+    xmin: Option<i64>,
+    xmax: Option<i64>,
 }
 
 /// Which claim, and its settings.
@@ -734,20 +781,20 @@ pub async fn claim(
     per_key: i64,
     min_keys: i64,
     ordering: &Ordering,
-    cursor: &Cursor,
+    from: &WalkStart,
 ) -> sqlx::Result<OrderedClaim> {
     use sqlx::Connection;
     match mode {
         OrderedMode::Lease { .. } => {
             let mut tx = conn.begin().await?;
             planner_off(&mut tx).await?;
-            let out = claim_on(&mut tx, mode, limit, per_key, min_keys, ordering, cursor).await?;
+            let out = claim_on(&mut tx, mode, limit, per_key, min_keys, ordering, from).await?;
             tx.commit().await?;
             Ok(out)
         }
         OrderedMode::Tx => {
             let old = planner_off(conn).await?;
-            let out = claim_on(conn, mode, limit, per_key, min_keys, ordering, cursor).await?;
+            let out = claim_on(conn, mode, limit, per_key, min_keys, ordering, from).await?;
             sqlx::query(PLANNER_BACK)
                 .bind(old.0)
                 .bind(old.1)
@@ -767,7 +814,7 @@ async fn claim_on(
     per_key: i64,
     min_keys: i64,
     ordering: &Ordering,
-    cursor: &Cursor,
+    from: &WalkStart,
 ) -> sqlx::Result<OrderedClaim> {
     let sql = match mode {
         OrderedMode::Lease { .. } => claim_lease_sql(ordering.all),
@@ -778,12 +825,13 @@ async fn claim_on(
         .bind(per_key)
         .bind(ordering.all)
         .bind(&ordering.types)
-        .bind(&cursor.aggregate_type)
-        .bind(cursor.tenant_id)
-        .bind(&cursor.aggregate_id)
+        .bind(&from.cursor.aggregate_type)
+        .bind(from.cursor.tenant_id)
+        .bind(&from.cursor.aggregate_id)
         .bind(limit.rows.saturating_mul(WALK_PER_ROW))
         .bind(min_keys.clamp(1, limit.rows.max(1)))
-        .bind(limit.bytes);
+        .bind(limit.bytes)
+        .bind(from.floor.max(0));
     let q = match mode {
         OrderedMode::Lease {
             lease_micros,
@@ -801,6 +849,9 @@ async fn claim_on(
                 aggregate_id: r.c_agg.unwrap_or_default(),
             };
             out.more = r.more;
+            out.walk_min = r.walk_min;
+            out.top = r.top;
+            out.xids = r.xmin.zip(r.xmax);
         } else {
             out.rows.push(r.row);
         }
@@ -840,7 +891,7 @@ mod tests {
     #[test]
     fn one_claim_statement_per_mode() {
         for all in [true, false] {
-            assert!(claim_lease_sql(all).contains("claim_token = $12"));
+            assert!(claim_lease_sql(all).contains("claim_token = $13"));
             assert!(claim_tx_sql(all).contains("published_at = now()"));
         }
         assert!(claim_tx_sql(false).contains("unnest($4::text[]) ty(t)"));

@@ -55,6 +55,7 @@ pub async fn once(
     shutdown: &CancellationToken,
 ) -> Result<Report, StepError> {
     relay.start.run_once();
+    relay.ordering.run_once();
     resume_floor(relay).await;
     let mut flavour = OnceRun {
         limits,
@@ -79,19 +80,26 @@ async fn resume_floor(relay: &Relay) {
         return;
     };
     match conn.run(async |c| crate::db::floor::load(c).await).await {
-        Ok(saved) => relay.start.resume(saved),
+        Ok(loaded) => {
+            relay.start.resume(loaded.saved);
+            relay.ordering.resume(loaded.key, loaded.key_columns);
+        }
         Err(e) => {
             tracing::debug!("the saved claim floor was not read: {e}");
         }
     }
 }
 
-/// Saves where this run's claims reached for the next run, when it drained what it found. A
-/// failure costs the next run only its first claim's walk from the start.
+/// Saves where this run's claims reached for the next run, when it drained what it found, and the
+/// ordered walk's floor. A failure costs the next run only its first claim's walk from the start.
 async fn save_floor(relay: &Relay) {
-    let Some(floor) = relay.start.to_save() else {
-        return;
+    let floor = crate::db::floor::ToSave {
+        floor: relay.start.to_save(),
+        key: relay.ordering.to_save(),
     };
+    if floor == crate::db::floor::ToSave::default() {
+        return;
+    }
     let Ok(mut conn) = relay.db.hold().await else {
         return;
     };

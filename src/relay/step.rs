@@ -522,7 +522,9 @@ impl Relay {
         };
         let mut unordered = sql::Claim::default();
         let mut again = false;
-        if !ordering.all {
+        let beside = ordering.is_active();
+        let rested = !ordering.all && beside && !self.ordering.unordered_due();
+        if !ordering.all && !rested {
             let from = self.start.next();
             let started = tokio::time::Instant::now();
             unordered = match &mode {
@@ -536,6 +538,10 @@ impl Relay {
             let full = unordered.budget_reached
                 || i64::try_from(unordered.rows.len()).unwrap_or(i64::MAX) >= limit.rows;
             again = self.start.after(from, started.elapsed(), &unordered, full);
+            if beside {
+                let found = !unordered.rows.is_empty() || unordered.budget_reached;
+                self.ordering.unordered_claimed(found, started.elapsed());
+            }
         }
         if !ordering.is_active() {
             return Ok(Claimed {
@@ -552,11 +558,16 @@ impl Relay {
             },
             ClaimMode::Tx => ordered_sql::OrderedMode::Tx,
         };
-        let cursor = self.ordering.cursor();
+        let from = self.ordering.start();
         let min_keys = i64::from(self.cfg.concurrency);
+        let started = tokio::time::Instant::now();
         let ordered =
-            ordered_sql::claim(conn, &how, limit, limit.rows, min_keys, &ordering, &cursor).await?;
-        let more = self.ordering.advance(&cursor, &ordered);
+            ordered_sql::claim(conn, &how, limit, limit.rows, min_keys, &ordering, &from).await?;
+        let mut more = self.ordering.advance(&from, &ordered, started.elapsed());
+        if rested && !more {
+            self.ordering.wake_unordered();
+            more = true;
+        }
         let ordered_from = unordered.rows.len();
         unordered.rows.extend(ordered.rows);
         Ok(Claimed {

@@ -629,7 +629,7 @@ fn everything() -> outboxctl::db::ordering::Ordering {
 /// size; and the claim says more is waiting.
 #[tokio::test]
 async fn the_ordered_claim_keeps_to_the_byte_budget_and_cuts_only_a_keys_tail() {
-    use outboxctl::db::ordering::{claim, Cursor, OrderedMode};
+    use outboxctl::db::ordering::{claim, OrderedMode, WalkStart};
     use outboxctl::db::relay::BatchLimit;
     let db = TestDb::new().await;
     run(&db, &["ordering", "enable"], 0);
@@ -650,7 +650,7 @@ async fn the_ordered_claim_keeps_to_the_byte_budget_and_cuts_only_a_keys_tail() 
             100,
             16,
             &everything(),
-            &Cursor::default(),
+            &WalkStart::default(),
         )
         .await
         .unwrap();
@@ -678,7 +678,7 @@ async fn the_ordered_claim_keeps_to_the_byte_budget_and_cuts_only_a_keys_tail() 
 /// much as walking 500 keys), in both modes and both shapes (every type, named types).
 #[tokio::test]
 async fn the_ordered_claim_is_planned_once_per_connection() {
-    use outboxctl::db::ordering::{claim, Cursor, OrderedMode, Ordering};
+    use outboxctl::db::ordering::{claim, OrderedMode, Ordering, WalkStart};
     use outboxctl::db::relay::BatchLimit;
     let db = TestDb::new().await;
     run(&db, &["ordering", "enable"], 0);
@@ -707,7 +707,7 @@ async fn the_ordered_claim_is_planned_once_per_connection() {
                 5,
                 1,
                 &ordering,
-                &Cursor::default(),
+                &WalkStart::default(),
             )
             .await
             .unwrap();
@@ -717,9 +717,17 @@ async fn the_ordered_claim_is_planned_once_per_connection() {
                 lease_micros: 1,
                 token: uuid::Uuid::new_v4(),
             };
-            let got = claim(&mut c, &lease, limit, 5, 1, &ordering, &Cursor::default())
-                .await
-                .unwrap();
+            let got = claim(
+                &mut c,
+                &lease,
+                limit,
+                5,
+                1,
+                &ordering,
+                &WalkStart::default(),
+            )
+            .await
+            .unwrap();
             assert_eq!(got.rows.len(), 5);
             // The 1 µs lease is over by the next claim.
         }
@@ -1150,9 +1158,9 @@ async fn the_ordered_claim_locks_and_updates_by_tid_whatever_the_statistics_say(
         .await
         .unwrap();
     // $1 rows, $2 per key, $3 every type, $4 types, $5-$7 the cursor, $8 walk, $9 min keys,
-    // $10 bytes (then the lease's $11 and $12).
+    // $10 bytes, $11 the walk's id floor (then the lease's $12 and $13).
     let args = "(100, 10, true, '{}'::text[], '', '00000000-0000-0000-0000-000000000000', '', \
-                400, 1, 16777216";
+                400, 1, 16777216, 0";
     for (stats_when, before, after) in [
         (
             "analyzed with all pending, now most published",
@@ -1345,7 +1353,7 @@ async fn an_operator_change_during_the_ordered_claim_never_publishes_c_before_b(
 /// not count the skipped head as published. Skip clears the claim token, as edit does.
 #[tokio::test]
 async fn a_head_skipped_after_its_lease_ran_out_is_not_settled_by_the_old_claim() {
-    use outboxctl::db::ordering::{claim, Cursor, OrderedMode};
+    use outboxctl::db::ordering::{claim, OrderedMode, WalkStart};
     use outboxctl::db::relay::{settle_published, still_claimed, BatchLimit, Sizing};
     let db = TestDb::new().await;
     run(&db, &["ordering", "enable"], 0);
@@ -1369,7 +1377,7 @@ async fn a_head_skipped_after_its_lease_ran_out_is_not_settled_by_the_old_claim(
         1,
         1,
         &everything(),
-        &Cursor::default(),
+        &WalkStart::default(),
     )
     .await
     .unwrap();
@@ -1421,7 +1429,7 @@ async fn a_head_skipped_after_its_lease_ran_out_is_not_settled_by_the_old_claim(
 /// requeued B goes out after them, as the documentation says of a requeued skipped head.
 #[tokio::test]
 async fn dead_letter_commands_beside_an_open_ordered_claim() {
-    use outboxctl::db::ordering::{claim, Cursor, OrderedMode};
+    use outboxctl::db::ordering::{claim, OrderedMode, WalkStart};
     use outboxctl::db::relay::{BatchLimit, Sizing};
     for op in ["requeue", "discard", "prune"] {
         let db = TestDb::new().await;
@@ -1447,7 +1455,7 @@ async fn dead_letter_commands_beside_an_open_ordered_claim() {
             10,
             1,
             &everything(),
-            &Cursor::default(),
+            &WalkStart::default(),
         )
         .await
         .unwrap();
@@ -1518,4 +1526,86 @@ async fn the_blocking_trigger_acts_in_its_own_schema_whatever_the_search_path() 
     let in_a: Option<bool> = a.scalar("SELECT blocks_key FROM outbox WHERE id = 1").await;
     assert_eq!(in_b, Some(true), "the dead-lettered row blocks its key");
     assert_ne!(in_a, Some(true), "the other schema's row was changed");
+}
+
+/// Issue 30: the ordered walk skips the entries at or below its id floor. A row pending below
+/// the floor (here made so by SQL, as a transaction that committed after a pass had gone by
+/// would be) is claimed by the next pass without the floor once one is due, and until then its
+/// key is held back: the later event of the key never goes out first. A requeue below the floor
+/// makes the next `relay --once` run start without it.
+#[tokio::test]
+async fn a_row_pending_below_the_key_floor_holds_its_key_until_a_pass_without_the_floor() {
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["tx", "lease"] {
+        db.exec("DELETE FROM outbox; DELETE FROM outbox_relay_floor")
+            .await;
+        let file = dir.path().join(format!("{mode}.jsonl"));
+        let sink = format!("file:{}", file.display());
+        let once = || {
+            run(
+                &db,
+                &["relay", "--once", "--mode", mode, "--sink", &sink],
+                0,
+            )
+        };
+        let ids = || crate::support::ids_in_file(&file);
+        let first = insert(&db, "order", "k", 1, false).await;
+        insert(&db, "order", "other", 1, false).await;
+        once();
+        let (floor, top): (i64, i64) = (
+            db.scalar("SELECT key_floor FROM outbox_relay_floor").await,
+            db.scalar("SELECT max(id) FROM outbox").await,
+        );
+        assert_eq!(floor, top, "{mode}: the run saved the walk's floor");
+        // `first` pending again below the floor; a pass without the floor is not due for 200 min.
+        db.exec(&format!(
+            "UPDATE outbox SET published_at = NULL WHERE id = {first};
+             UPDATE outbox_relay_floor SET key_sweep_took = interval '10 minutes'"
+        ))
+        .await;
+        let second = insert(&db, "order", "k", 2, false).await;
+        let fresh = insert(&db, "order", "fresh", 1, false).await;
+        once();
+        let got = ids();
+        assert_eq!(got.last(), Some(&fresh), "{mode}: the run relayed: {got:?}");
+        assert!(
+            !got.contains(&second),
+            "{mode}: the key's later event did not overtake the one below the floor: {got:?}"
+        );
+        assert_eq!(pending(&db).await, 2, "{mode}: both events of the key wait");
+        // Once a pass without the floor is due, the run makes it (after the new events): the key's
+        // events go out in order.
+        db.exec("UPDATE outbox_relay_floor SET key_swept_at = now() - interval '1 day'")
+            .await;
+        once();
+        let got = ids();
+        assert_eq!(
+            got[got.len() - 2..],
+            [first, second],
+            "{mode}: in order once due: {got:?}"
+        );
+        assert_eq!(pending(&db).await, 0);
+        let ago: f64 = db
+            .scalar(
+                "SELECT extract(epoch FROM now() - key_swept_at)::float8 FROM outbox_relay_floor",
+            )
+            .await;
+        assert!(ago < 60.0, "{mode}: the pass without the floor was saved");
+        // A requeued dead letter below the floor goes out in the next run, not a pass later.
+        db.exec(&format!(
+            "UPDATE outbox SET published_at = NULL, dead_lettered_at = now() WHERE id = {first};
+             UPDATE outbox_relay_floor SET key_sweep_took = interval '10 minutes',
+                                           key_swept_at = now()"
+        ))
+        .await;
+        run(&db, &["requeue", &first.to_string()], 0);
+        once();
+        assert_eq!(
+            ids().last(),
+            Some(&first),
+            "{mode}: the requeued event went out"
+        );
+    }
 }
