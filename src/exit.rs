@@ -1,6 +1,10 @@
 //! Exit codes: the contract scripts and cron wrappers rely on, in one place. Each constant is
 //! declared once, through [`exit_codes!`], which also lists it in [`TABLES`]: the reference page
 //! docs/reference/exit-codes.md is generated from those tables.
+//!
+//! Which code an error means is decided here too, in one match ([`code`]): the layers below the
+//! commands (`db`, `sink`, `config`, `confirm`) return errors that say what went wrong, never
+//! which code; a command's own usage errors are [`CodedError`]s.
 
 use std::process::ExitCode;
 
