@@ -7,16 +7,48 @@ use std::time::Duration;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::cli::{AuditArgs, DatabaseArgs};
-use crate::exit::CodedError;
 
 pub mod url_params;
+
+/// What is wrong with a setting, found before any I/O: each message names the flag or variable
+/// to fix, never a secret. Which exit code it means is decided in one place, [`crate::exit`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A flag's or environment variable's value is not one outboxctl takes (`--schema`,
+    /// `--actor`, a filter, `OUTBOXCTL_LOG`).
+    #[error("{0}")]
+    Invalid(String),
+    /// Flags that do not go together, or a selection that is missing or ambiguous.
+    #[error("{0}")]
+    Conflict(String),
+    /// `--database-url`/`DATABASE_URL` is not a PostgreSQL URL, or has a parameter outboxctl
+    /// refuses (shown redacted).
+    #[error("{0}")]
+    DatabaseUrl(String),
+    /// A TLS file named by the URL or a libpq variable cannot be read (named by where it came
+    /// from, never by its path).
+    #[error("cannot read the TLS file named by {from}: {cause}")]
+    TlsFile { from: String, cause: std::io::Error },
+}
+
+impl Error {
+    /// [`Error::Invalid`].
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::Invalid(message.into())
+    }
+
+    /// [`Error::Conflict`].
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::Conflict(message.into())
+    }
+}
 
 /// A validated schema name: an identifier we quote ourselves, never pasted raw into SQL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schema(String);
 
 impl Schema {
-    pub fn parse(name: &str) -> Result<Self, CodedError> {
+    pub fn parse(name: &str) -> Result<Self, Error> {
         let ok_first = name
             .chars()
             .next()
@@ -25,7 +57,7 @@ impl Schema {
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
         if !ok_first || !ok_rest || name.len() > 63 {
-            return Err(CodedError::usage(format!(
+            return Err(Error::invalid(format!(
                 "invalid --schema `{name}`: use 1-63 lowercase letters, digits or _, not starting with a digit"
             )));
         }
@@ -33,12 +65,12 @@ impl Schema {
         // pg_temp alias) all start with pg_, a prefix CREATE SCHEMA reserves; information_schema is
         // the one that does not. Installing the outbox into one of them must never happen.
         if name.starts_with("pg_") {
-            return Err(CodedError::usage(format!(
+            return Err(Error::invalid(format!(
                 "invalid --schema `{name}`: names starting with pg_ are reserved for PostgreSQL's system schemas"
             )));
         }
         if name == "information_schema" {
-            return Err(CodedError::usage(format!(
+            return Err(Error::invalid(format!(
                 "invalid --schema `{name}`: it is a system schema (the SQL-standard catalog views)"
             )));
         }
@@ -62,7 +94,7 @@ impl Schema {
 
 /// Who runs an auditable command: `--actor` / `OUTBOXCTL_ACTOR`, or `$USER@hostname`. Resolved
 /// once here; the SQL layer only receives the text.
-pub fn actor(args: &AuditArgs) -> Result<String, CodedError> {
+pub fn actor(args: &AuditArgs) -> Result<String, Error> {
     let given = args
         .actor
         .as_deref()
@@ -93,9 +125,9 @@ pub fn default_actor(user: Option<String>, host: Option<String>) -> String {
     format!("{user}@{host}")
 }
 
-fn check_actor(a: &str) -> Result<String, CodedError> {
+fn check_actor(a: &str) -> Result<String, Error> {
     if a.chars().count() > 200 || a.chars().any(char::is_control) {
-        return Err(CodedError::usage(
+        return Err(Error::invalid(
             "invalid --actor/OUTBOXCTL_ACTOR: use at most 200 characters, no control characters",
         ));
     }
@@ -139,10 +171,10 @@ pub const FROM_PG_VARIABLES: &str = "the PG* variables (PGHOST, PGPORT, PGUSER, 
 impl DbConfig {
     /// The settings of a command that needs a session of its own: `--pooler transaction` is
     /// refused (exit 2) before connecting.
-    pub fn from_args(args: &DatabaseArgs) -> Result<Self, CodedError> {
+    pub fn from_args(args: &DatabaseArgs) -> Result<Self, Error> {
         let cfg = Self::from_args_pooled(args)?;
         if cfg.pooler == Pooler::Transaction {
-            return Err(CodedError::usage(
+            return Err(Error::conflict(
                 "--pooler transaction: only relay, prune and requeue run through transaction pooling; run this command against PostgreSQL directly or through session pooling (--pooler session)",
             ));
         }
@@ -151,7 +183,7 @@ impl DbConfig {
 
     /// The settings of a command that also runs through transaction pooling (relay, prune,
     /// requeue): each of its statements goes through [`crate::db::Pin`].
-    pub fn from_args_pooled(args: &DatabaseArgs) -> Result<Self, CodedError> {
+    pub fn from_args_pooled(args: &DatabaseArgs) -> Result<Self, Error> {
         let schema = Schema::parse(&args.schema)?;
         let url = args.database_url.as_deref().map(str::trim);
         let source = if url.is_some_and(|u| !u.is_empty()) {
@@ -163,15 +195,15 @@ impl DbConfig {
             // Like libpq, only postgres:// and postgresql:// URLs. sqlx would take any scheme and
             // read e.g. `user:secret@host` as a path, i.e. a database named after the password.
             Some(url) if !url.is_empty() && !is_postgres_url(url) => {
-                return Err(CodedError::usage(format!(
+                return Err(Error::DatabaseUrl(format!(
                     "invalid --database-url/DATABASE_URL `{}`: it must start with postgres:// or postgresql://",
                     redact_url(url)
                 )))
             }
             Some(url) if !url.is_empty() => {
-                url_params::check_or_usage(url, &redact_url(url))?;
+                url_params::check_url(url, &redact_url(url))?;
                 PgConnectOptions::from_str(url).map_err(|e| {
-                CodedError::usage(format!(
+                Error::DatabaseUrl(format!(
                     "invalid --database-url/DATABASE_URL `{}`: {}",
                     redact_url(url),
                     redact_text(&e.to_string(), url)
@@ -354,11 +386,10 @@ mod tests {
             "no `options` for a pooler"
         );
         let err = DbConfig::from_args(&args(PoolerArg::Transaction)).unwrap_err();
-        assert_eq!(err.code, crate::exit::USAGE);
+        assert!(matches!(err, Error::Conflict(_)), "{err:?}");
         assert!(
-            err.message.contains("relay, prune and requeue"),
-            "{}",
-            err.message
+            err.to_string().contains("relay, prune and requeue"),
+            "{err}"
         );
         let tx = DbConfig::from_args_pooled(&args(PoolerArg::Transaction)).unwrap();
         assert_eq!(tx.pooler, Pooler::Transaction);

@@ -4,7 +4,22 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use crate::exit::CodedError;
+/// Why a destructive change was not confirmed (nothing was changed). Which exit code it means is
+/// decided in one place, [`crate::exit`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No `--yes`, and no terminal to ask on.
+    #[error(
+        "refusing to {action} without --yes: stdin is not a terminal, so there is no one to ask; add --yes (or --dry-run to see what would change); nothing was changed"
+    )]
+    NoOneToAsk {
+        /// The question without its `?` ("discard 3 dead events").
+        action: String,
+    },
+    /// The answer could not be read from the terminal.
+    #[error("cannot read the answer: {0}")]
+    Unreadable(std::io::Error),
+}
 
 /// What to do before a destructive change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,19 +41,17 @@ pub fn decide(yes: bool, stdin_tty: bool, stderr_tty: bool) -> Decision {
 }
 
 /// Asks `question` (e.g. "discard 3 dead events?") unless --yes. Ok(true): go ahead; Ok(false):
-/// the user said no; Err: refused for lack of --yes (exit code 2), nothing changed.
-pub fn confirm(yes: bool, question: &str) -> Result<bool, CodedError> {
+/// the user said no; Err: refused for lack of --yes ([`Error::NoOneToAsk`]), nothing changed.
+pub fn confirm(yes: bool, question: &str) -> Result<bool, Error> {
     match decide(
         yes,
         std::io::stdin().is_terminal(),
         std::io::stderr().is_terminal(),
     ) {
         Decision::Proceed => Ok(true),
-        Decision::Refuse => Err(CodedError::usage(format!(
-            "refusing to {question_trimmed} without --yes: stdin is not a terminal, so there is \
-             no one to ask; add --yes (or --dry-run to see what would change); nothing was changed",
-            question_trimmed = question.trim_end_matches('?')
-        ))),
+        Decision::Refuse => Err(Error::NoOneToAsk {
+            action: question.trim_end_matches('?').to_owned(),
+        }),
         Decision::Ask => {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "{question} [y/N] ");
@@ -47,7 +60,7 @@ pub fn confirm(yes: bool, question: &str) -> Result<bool, CodedError> {
             std::io::stdin()
                 .lock()
                 .read_line(&mut answer)
-                .map_err(|e| CodedError::usage(format!("cannot read the answer: {e}")))?;
+                .map_err(Error::Unreadable)?;
             Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
         }
     }

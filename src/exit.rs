@@ -1,6 +1,10 @@
 //! Exit codes: the contract scripts and cron wrappers rely on, in one place. Each constant is
 //! declared once, through [`exit_codes!`], which also lists it in [`TABLES`]: the reference page
 //! docs/reference/exit-codes.md is generated from those tables.
+//!
+//! Which code an error means is decided here too, in one match ([`code`]): the layers below the
+//! commands (`db`, `sink`, `config`, `confirm`) return errors that say what went wrong, never
+//! which code; a command's own usage errors are [`CodedError`]s.
 
 use std::process::ExitCode;
 
@@ -118,7 +122,9 @@ pub mod doctor {
     }
 }
 
-/// An error that carries its exit code. Anything else maps to [`FAILURE`].
+/// A command's own error that carries its exit code: a usage error found by the command itself
+/// (flags that only it checks), or a code only that command has (`stats --check`'s UNKNOWN). The
+/// layers below the commands return errors that say what went wrong instead ([`Failure`]).
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct CodedError {
@@ -133,59 +139,104 @@ impl CodedError {
             message: message.into(),
         }
     }
-    pub fn database(message: impl Into<String>) -> Self {
+}
+
+/// A configuration error where a command's own errors are [`CodedError`]s, with its code from
+/// [`code`].
+impl From<crate::config::Error> for CodedError {
+    fn from(err: crate::config::Error) -> Self {
         Self {
-            code: DATABASE,
-            message: message.into(),
-        }
-    }
-    pub fn locked(message: impl Into<String>) -> Self {
-        Self {
-            code: LOCKED,
-            message: message.into(),
-        }
-    }
-    pub fn sink(message: impl Into<String>) -> Self {
-        Self {
-            code: SINK,
-            message: message.into(),
+            code: code(Failure::Config(&err)),
+            message: err.to_string(),
         }
     }
 }
 
-/// Maps a command's error to its exit code: the first [`CodedError`] in the chain decides.
+/// An error in a command's cause chain that decides the exit code: one from a layer below the
+/// commands, saying what went wrong, or a command's own [`CodedError`].
+#[derive(Debug, Clone, Copy)]
+pub enum Failure<'a> {
+    Db(&'a crate::db::Error),
+    Sink(&'a crate::sink::Error),
+    Config(&'a crate::config::Error),
+    Confirm(&'a crate::confirm::Error),
+    MetricsAddr(&'a crate::relay::endpoints::BindError),
+    Coded(&'a CodedError),
+}
+
+impl<'a> Failure<'a> {
+    /// `err` as one of the errors that decide an exit code, if it is one.
+    pub fn of(err: &'a (dyn std::error::Error + 'static)) -> Option<Self> {
+        if let Some(e) = err.downcast_ref() {
+            return Some(Self::Db(e));
+        }
+        if let Some(e) = err.downcast_ref() {
+            return Some(Self::Sink(e));
+        }
+        if let Some(e) = err.downcast_ref() {
+            return Some(Self::Config(e));
+        }
+        if let Some(e) = err.downcast_ref() {
+            return Some(Self::Confirm(e));
+        }
+        if let Some(e) = err.downcast_ref() {
+            return Some(Self::MetricsAddr(e));
+        }
+        err.downcast_ref().map(Self::Coded)
+    }
+}
+
+/// The exit code of every kind of error: the one place that decides it. Exhaustive, so a new
+/// kind of error does not compile until it has its code here.
+pub fn code(failure: Failure<'_>) -> u8 {
+    use crate::config::Error as Config;
+    use crate::confirm::Error as Confirm;
+    use crate::db::Error as Db;
+    use crate::relay::endpoints::BindError as MetricsAddr;
+    use crate::sink::Error as Sink;
+    match failure {
+        Failure::Db(
+            Db::Unreachable { .. }
+            | Db::LoginRejected { .. }
+            | Db::SearchPathDropped { .. }
+            | Db::ServerTooOld { .. }
+            | Db::ReadOnly
+            | Db::TransactionPooler { .. }
+            | Db::Lost { .. },
+        ) => DATABASE,
+        Failure::Db(Db::PrivilegeMissing { .. }) => PRIVILEGE,
+        Failure::Db(Db::Locked { .. }) => LOCKED,
+        // Nothing was changed; the tables are to be fixed by hand.
+        Failure::Db(Db::AdoptConflict { .. }) => USAGE,
+        Failure::Sink(Sink::Invalid(_) | Sink::Unusable(_)) => USAGE,
+        Failure::Sink(
+            Sink::Stalled { .. } | Sink::Unavailable { .. } | Sink::EveryPublishFailed { .. },
+        ) => SINK,
+        Failure::Config(
+            Config::Invalid(_)
+            | Config::Conflict(_)
+            | Config::DatabaseUrl(_)
+            | Config::TlsFile { .. },
+        ) => USAGE,
+        Failure::Confirm(Confirm::NoOneToAsk { .. } | Confirm::Unreadable(_)) => USAGE,
+        Failure::MetricsAddr(MetricsAddr::Resolve(..)) => USAGE,
+        // A port in use is not a usage error.
+        Failure::MetricsAddr(MetricsAddr::Bind(..)) => FAILURE,
+        Failure::Coded(c) => c.code,
+    }
+}
+
+/// Maps a command's error to its exit code: the first error in the chain that has one decides
+/// ([`code`]); anything else is [`FAILURE`].
 pub fn code_of(err: &anyhow::Error) -> u8 {
     err.chain()
-        .find_map(|e| e.downcast_ref::<CodedError>().map(|c| c.code))
+        .find_map(Failure::of)
+        .map(code)
         .unwrap_or(FAILURE)
 }
 
-/// The error as one line: its cause chain joined by ": ", each cause once.
-///
-/// Many error types print their source inside their own message (sqlx's
-/// `error with configuration: {source}`), so the plain `{:#}` chain says it twice, and such an
-/// error wrapping one of its own kind stutters within one message
-/// (`error with configuration: error with configuration: ...`). A cause that the message
-/// before it already ends with is left out, and a segment repeated right after itself is
-/// printed once.
-pub fn message(err: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || parts.last().is_some_and(|last| last.ends_with(&text)) {
-            continue;
-        }
-        parts.push(text);
-    }
-    let joined = parts.join(": ");
-    let mut out: Vec<&str> = Vec::new();
-    for segment in joined.split(": ") {
-        if out.last() != Some(&segment) {
-            out.push(segment);
-        }
-    }
-    out.join(": ")
-}
+/// The error as one line, each cause once (see [`crate::output::error_message`]).
+pub use crate::output::error_message as message;
 
 pub fn to_exit_code(code: u8) -> ExitCode {
     ExitCode::from(code)
@@ -212,37 +263,61 @@ mod tests {
 
     #[test]
     fn code_found_through_context() {
-        let err = Err::<(), _>(CodedError::locked("held"))
-            .context("prune")
-            .unwrap_err();
+        let locked = crate::db::Error::Locked {
+            schema: "public".into(),
+            holder: "it has just finished".into(),
+        };
+        let err = Err::<(), _>(locked).context("prune").unwrap_err();
         assert_eq!(code_of(&err), LOCKED);
         assert_eq!(code_of(&anyhow::anyhow!("plain")), FAILURE);
+        let usage = Err::<(), _>(CodedError::usage("bad"))
+            .context("x")
+            .unwrap_err();
+        assert_eq!(code_of(&usage), USAGE);
     }
 
-    /// Like sqlx's `Error::Configuration`: prints its source inside its own message.
-    #[derive(Debug, thiserror::Error)]
-    #[error("error with configuration: {0}")]
-    struct Config(#[source] Box<dyn std::error::Error + Send + Sync>);
-
     #[test]
-    fn each_cause_is_printed_once() {
-        let inner = Config("unknown value \"bogus\" for `ssl_mode`".into());
-        let err = anyhow::Error::new(Config(Box::new(inner))).context("invalid --database-url");
+    fn each_layer_has_its_codes() {
+        let code_of = |e: anyhow::Error| code_of(&e);
+        assert_eq!(code_of(crate::db::Error::ReadOnly.into()), DATABASE);
         assert_eq!(
-            format!("{err:#}"),
-            "invalid --database-url: error with configuration: error with configuration: \
-             unknown value \"bogus\" for `ssl_mode`: error with configuration: unknown value \
-             \"bogus\" for `ssl_mode`: unknown value \"bogus\" for `ssl_mode`"
+            code_of(
+                crate::db::Error::ServerTooOld {
+                    version: "13.2".into(),
+                    at: "u@h:5432/d".into()
+                }
+                .into()
+            ),
+            DATABASE
         );
         assert_eq!(
-            message(&err),
-            "invalid --database-url: error with configuration: unknown value \"bogus\" for `ssl_mode`"
+            code_of(
+                crate::db::Error::PrivilegeMissing {
+                    cause: "permission denied for table outbox".into(),
+                    role: "app".into(),
+                    lacks: None,
+                    grants_for: "relay",
+                    schema: "public".into(),
+                }
+                .into()
+            ),
+            PRIVILEGE
         );
-        // Distinct causes are all kept.
-        let err = Err::<(), _>(std::io::Error::other("refused"))
-            .context("cannot connect")
-            .context("stats")
-            .unwrap_err();
-        assert_eq!(message(&err), "stats: cannot connect: refused");
+        assert_eq!(code_of(crate::sink::Error::invalid("x").into()), USAGE);
+        assert_eq!(
+            code_of(
+                crate::sink::Error::EveryPublishFailed {
+                    sink: "null".into(),
+                    failures: 2
+                }
+                .into()
+            ),
+            SINK
+        );
+        assert_eq!(code_of(crate::config::Error::invalid("x").into()), USAGE);
+        let refused = crate::confirm::Error::NoOneToAsk {
+            action: "discard 1 event".into(),
+        };
+        assert_eq!(code_of(refused.into()), USAGE);
     }
 }

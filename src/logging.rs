@@ -23,14 +23,14 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{LogArgs, LogFormat};
-use crate::exit::CodedError;
+use crate::config::Error;
 
 /// Installs the global subscriber. A daemon logs at info by default, other commands at warn.
 /// Fails (a usage error naming the variable) when `OUTBOXCTL_LOG` or `RUST_LOG` is not a valid
 /// filter.
-pub fn init(args: &LogArgs, daemon: bool) -> Result<(), CodedError> {
+pub fn init(args: &LogArgs, daemon: bool) -> Result<(), Error> {
     let directives = directives(args, daemon, |k| std::env::var(k).ok())?;
-    let filter = EnvFilter::try_new(&directives).map_err(|e| CodedError::usage(e.to_string()))?;
+    let filter = EnvFilter::try_new(&directives).map_err(|e| Error::invalid(e.to_string()))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -51,10 +51,10 @@ pub fn directives(
     args: &LogArgs,
     daemon: bool,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<String, CodedError> {
+) -> Result<String, Error> {
     for var in ["OUTBOXCTL_LOG", "RUST_LOG"] {
         if let Some(value) = env(var).filter(|v| !v.trim().is_empty()) {
-            check(var, &value).map_err(CodedError::usage)?;
+            check(var, &value).map_err(Error::Invalid)?;
             return Ok(value);
         }
     }
@@ -122,7 +122,7 @@ pub fn json_line(level: &str, message: &str, fields: Map<String, Value>) -> Stri
 /// Prints a command's fatal error on stderr: `error: ` and the cause chain as text, or under
 /// `--log-format json` as a JSON line at level `error`.
 pub fn print_error(err: &anyhow::Error, format: LogFormat) {
-    let text = crate::exit::message(err);
+    let text = crate::output::error_message(err);
     let line = match format {
         LogFormat::Text => format!("error: {text}"),
         LogFormat::Json => json_line("error", &text, Map::new()),

@@ -4,7 +4,8 @@ fn main() -> ExitCode {
     let cli = outboxctl::cli::parse();
     if let Err(err) = outboxctl::logging::init(&cli.log, cli.is_daemon()) {
         outboxctl::output::eprint_line(format_args!("error: {err}"));
-        return outboxctl::exit::to_exit_code(err.code);
+        let code = outboxctl::exit::code(outboxctl::exit::Failure::Config(&err));
+        return outboxctl::exit::to_exit_code(code);
     }
     let log_format = cli.log.log_format;
     match outboxctl::run(cli) {

@@ -190,6 +190,33 @@ pub fn print_summary(text: impl std::fmt::Display) -> anyhow::Result<()> {
     print_line(text)
 }
 
+/// The error as one line: its cause chain joined by ": ", each cause once.
+///
+/// Many error types print their source inside their own message (sqlx's
+/// `error with configuration: {source}`), so the plain `{:#}` chain says it twice, and such an
+/// error wrapping one of its own kind stutters within one message
+/// (`error with configuration: error with configuration: ...`). A cause that the message
+/// before it already ends with is left out, and a segment repeated right after itself is
+/// printed once.
+pub fn error_message(err: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || parts.last().is_some_and(|last| last.ends_with(&text)) {
+            continue;
+        }
+        parts.push(text);
+    }
+    let joined = parts.join(": ");
+    let mut out: Vec<&str> = Vec::new();
+    for segment in joined.split(": ") {
+        if out.last() != Some(&segment) {
+            out.push(segment);
+        }
+    }
+    out.join(": ")
+}
+
 /// Writes a line on stderr and ignores a failure: a closed stderr (`2>&1 | head`) must neither
 /// panic, as `eprintln!` does, nor change the exit code. For errors and other lines `-q` keeps.
 pub fn eprint_line(text: impl std::fmt::Display) {
@@ -494,5 +521,33 @@ mod tests {
             human_duration(std::time::Duration::from_millis(192_400)),
             "3m 12s"
         );
+    }
+
+    /// Like sqlx's `Error::Configuration`: prints its source inside its own message.
+    #[derive(Debug, thiserror::Error)]
+    #[error("error with configuration: {0}")]
+    struct Config(#[source] Box<dyn std::error::Error + Send + Sync>);
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        use anyhow::Context;
+        let inner = Config("unknown value \"bogus\" for `ssl_mode`".into());
+        let err = anyhow::Error::new(Config(Box::new(inner))).context("invalid --database-url");
+        assert_eq!(
+            format!("{err:#}"),
+            "invalid --database-url: error with configuration: error with configuration: \
+             unknown value \"bogus\" for `ssl_mode`: error with configuration: unknown value \
+             \"bogus\" for `ssl_mode`: unknown value \"bogus\" for `ssl_mode`"
+        );
+        assert_eq!(
+            error_message(&err),
+            "invalid --database-url: error with configuration: unknown value \"bogus\" for `ssl_mode`"
+        );
+        // Distinct causes are all kept.
+        let err = Err::<(), _>(std::io::Error::other("refused"))
+            .context("cannot connect")
+            .context("stats")
+            .unwrap_err();
+        assert_eq!(error_message(&err), "stats: cannot connect: refused");
     }
 }

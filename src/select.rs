@@ -4,7 +4,7 @@
 //! [`Selection`], refusing an empty one.
 
 use crate::cli::FilterArgs;
-use crate::exit::CodedError;
+use crate::config::Error;
 use crate::when::TimeArg;
 
 /// A validated filter. Every field is bound as a query parameter; the SQL text never varies with
@@ -25,11 +25,11 @@ pub struct EventFilter {
 }
 
 impl EventFilter {
-    pub fn from_args(a: &FilterArgs) -> Result<Self, CodedError> {
-        let text = |flag: &str, v: &Option<String>| -> Result<Option<String>, CodedError> {
+    pub fn from_args(a: &FilterArgs) -> Result<Self, Error> {
+        let text = |flag: &str, v: &Option<String>| -> Result<Option<String>, Error> {
             match v {
                 Some(s) if s.trim().is_empty() => {
-                    Err(CodedError::usage(format!("{flag} must not be empty")))
+                    Err(Error::invalid(format!("{flag} must not be empty")))
                 }
                 other => Ok(other.clone()),
             }
@@ -37,7 +37,7 @@ impl EventFilter {
         let event_type_like = text("--event-type", &a.event_type)?
             .map(|g| glob_to_like(&g))
             .transpose()
-            .map_err(|e| CodedError::usage(format!("invalid --event-type glob: {e}")))?;
+            .map_err(|e| Error::invalid(format!("invalid --event-type glob: {e}")))?;
         if let (Some(since), Some(until)) = (a.since, a.until) {
             let inverted = match (since, until) {
                 (TimeArg::At(s), TimeArg::At(u)) => s >= u,
@@ -45,7 +45,7 @@ impl EventFilter {
                 _ => false,
             };
             if inverted {
-                return Err(CodedError::usage(
+                return Err(Error::invalid(
                     "--since must be earlier than --until (with durations: --since 2h --until 1h)",
                 ));
             }
@@ -79,21 +79,16 @@ pub enum Selection {
 impl Selection {
     /// Ids, filters or `--all`: exactly one of them. `verb` names the action in messages
     /// ("requeue", "discard").
-    pub fn resolve(
-        ids: &[i64],
-        filter: EventFilter,
-        all: bool,
-        verb: &str,
-    ) -> Result<Self, CodedError> {
+    pub fn resolve(ids: &[i64], filter: EventFilter, all: bool, verb: &str) -> Result<Self, Error> {
         match (ids.is_empty(), filter.is_empty(), all) {
-            (true, true, false) => Err(CodedError::usage(format!(
+            (true, true, false) => Err(Error::conflict(format!(
                 "nothing selected: give event ids, filters (e.g. --event-type, --since, --error) \
                  or --all to {verb} every dead-lettered event"
             ))),
-            (false, false, _) => Err(CodedError::usage(
+            (false, false, _) => Err(Error::conflict(
                 "give either event ids or filters, not both",
             )),
-            (false, true, true) | (true, false, true) => Err(CodedError::usage(
+            (false, true, true) | (true, false, true) => Err(Error::conflict(
                 "--all selects every dead-lettered event; leave out ids and filters with it",
             )),
             (false, true, false) => {

@@ -309,10 +309,10 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<u8> {
             ),
             None => "it has just finished".to_owned(),
         };
-        return Err(CodedError::locked(format!(
-            "another prune is running on schema `{}` ({held}); this run deleted nothing",
-            cfg.schema.name()
-        ))
+        return Err(db::Error::Locked {
+            schema: cfg.schema.name().to_owned(),
+            holder: held,
+        }
         .into());
     }
     let mut audit = db::prune::PruneAudit {

@@ -127,16 +127,7 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
     let shutdown = CancellationToken::new();
     // Bound before the relay starts, so a port in use fails the start, not a later scrape.
     let listener = match &args.metrics_addr {
-        Some(addr) => Some(crate::relay::endpoints::bind(addr).await.map_err(|e| {
-            if e.is_usage() {
-                CodedError::usage(e.to_string())
-            } else {
-                CodedError {
-                    code: exit::FAILURE,
-                    message: e.to_string(),
-                }
-            }
-        })?),
+        Some(addr) => Some(crate::relay::endpoints::bind(addr).await?),
         None => None,
     };
     let health = Arc::new(crate::relay::metrics::Health::new(
@@ -180,14 +171,13 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
             Ok(r) => r,
             // Read-only for the whole of --connect-timeout: the standby was not promoted.
             Err(e) if crate::db::is_read_only(e.db()) => {
-                return Err(CodedError::database(crate::db::READ_ONLY_HINT.to_owned()).into())
+                return Err(crate::db::Error::ReadOnly.into())
             }
             Err(e) if e.is_transient() => {
-                return Err(CodedError::database(format!(
-                    "lost the database during the run and could not reconnect within {} (--connect-timeout): {}",
-                    humantime::format_duration(cfg.connect_timeout),
-                    e.db()
-                ))
+                return Err(crate::db::Error::Lost {
+                    within: cfg.connect_timeout,
+                    cause: e.db().to_string(),
+                }
                 .into())
             }
             // A permanent database error (a missing privilege, say): the step only wrapped it.
@@ -227,14 +217,18 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
                 Mode::Tx => "the batch was rolled back and will be relayed again; use --mode lease (no transaction stays open while writing), or a longer --lease and --publish-timeout",
                 Mode::Lease => "the batch was given back and will be relayed again; use a longer --publish-timeout (and --lease)",
             };
-            return Err(CodedError::sink(format!("{e}: {advice}")).into());
+            return Err(sink::Error::Stalled {
+                cause: e.clone(),
+                advice,
+            }
+            .into());
         }
         Some(e @ sink::SinkError::Unavailable { .. }) if args.once => {
-            return Err(CodedError::sink(format!(
-                "the sink ({}) is unavailable: {e}; {} given back untouched (no attempt counted), relayed once it is back",
-                relay.sink.describe(),
-                output::plural(report.unavailable, "event was", "events were")
-            ))
+            return Err(sink::Error::Unavailable {
+                sink: relay.sink.describe(),
+                cause: e.to_string(),
+                given_back: report.unavailable,
+            }
             .into());
         }
         _ => {}
@@ -244,11 +238,10 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
         && report.sink_failures > 0
         && report.sink_failures == report.retried + report.lease_lost
     {
-        return Err(CodedError::sink(format!(
-            "the sink ({}) failed every publish of the run ({}); they will be retried",
-            relay.sink.describe(),
-            output::plural(report.sink_failures, "failure", "failures")
-        ))
+        return Err(sink::Error::EveryPublishFailed {
+            sink: relay.sink.describe(),
+            failures: report.sink_failures,
+        }
         .into());
     }
     Ok(exit::OK)

@@ -7,7 +7,7 @@
 //! server, another kind of session). The table below names every parameter of libpq 18 and what
 //! outboxctl does with it; a test keeps it sorted into the four kinds.
 
-use crate::exit::CodedError;
+use super::Error;
 
 /// What outboxctl does with one URL parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,26 +184,28 @@ pub fn tls_files(
 }
 
 /// Refuses a TLS file that cannot be read before connecting, naming the parameter or variable
-/// that gave it, never its path (exit 2): sqlx would fail the TLS setup with a bare `No such
+/// that gave it, never its path ([`Error::TlsFile`]): sqlx would fail the TLS setup with a bare `No such
 /// file or directory` that names neither.
-pub fn check_tls_files(files: &[(String, String)]) -> Result<(), CodedError> {
+pub fn check_tls_files(files: &[(String, String)]) -> Result<(), Error> {
     for (from, path) in files {
-        if let Err(e) = std::fs::File::open(path) {
-            return Err(CodedError::usage(format!(
-                "cannot read the TLS file named by {from}: {e}"
-            )));
+        if let Err(cause) = std::fs::File::open(path) {
+            return Err(Error::TlsFile {
+                from: from.clone(),
+                cause,
+            });
         }
     }
     Ok(())
 }
 
-/// [`check`] as the error the configuration reports (exit 2).
-pub fn check_or_usage(url: &str, shown: &str) -> Result<(), CodedError> {
+/// [`check`] as the error the configuration reports ([`Error::DatabaseUrl`]; `shown` is the URL
+/// redacted).
+pub fn check_url(url: &str, shown: &str) -> Result<(), Error> {
     let Ok(parsed) = url::Url::parse(url) else {
         return Ok(()); // sqlx reports an unparsable URL itself
     };
     check(&parsed).map_err(|e| {
-        CodedError::usage(format!(
+        Error::DatabaseUrl(format!(
             "invalid --database-url/DATABASE_URL `{shown}`: {e}"
         ))
     })
@@ -237,13 +239,10 @@ mod tests {
         );
         assert_eq!(tls_files(None, |_| None), vec![]);
         let err = check_tls_files(&tls_files(None, env)).unwrap_err();
-        assert_eq!(err.code, crate::exit::USAGE);
-        assert!(
-            err.message.contains("named by PGSSLROOTCERT"),
-            "{}",
-            err.message
-        );
-        assert!(!err.message.contains("/env/ca.crt"), "{}", err.message);
+        assert!(matches!(err, Error::TlsFile { .. }), "{err:?}");
+        let err = err.to_string();
+        assert!(err.contains("named by PGSSLROOTCERT"), "{err}");
+        assert!(!err.contains("/env/ca.crt"), "{err}");
     }
 
     #[test]

@@ -12,7 +12,6 @@ use sqlx::migrate::{Migrate, Migrator};
 use sqlx::{Connection, PgConnection};
 
 use crate::config::Schema;
-use crate::exit::CodedError;
 
 /// The migrations compiled into this binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -186,17 +185,11 @@ async fn record_baseline(conn: &mut PgConnection) -> sqlx::Result<()> {
     Ok(())
 }
 
-fn conflict_error(schema: &Schema, diffs: &[String]) -> CodedError {
-    CodedError::usage(format!(
-        "schema `{}` already has outbox tables that differ from migration 1, so they cannot be \
-         adopted; nothing was changed. Differences:\n{}",
-        schema.name(),
-        diffs
-            .iter()
-            .map(|d| format!("  {d}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    ))
+fn conflict_error(schema: &Schema, diffs: &[String]) -> super::Error {
+    super::Error::AdoptConflict {
+        schema: schema.name().to_owned(),
+        differences: diffs.to_vec(),
+    }
 }
 
 #[derive(Debug, sqlx::FromRow)]

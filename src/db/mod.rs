@@ -35,6 +35,7 @@ macro_rules! late_since {
 pub mod audit;
 pub mod dead;
 pub mod doctor;
+mod error;
 pub mod events;
 pub mod floor;
 pub mod grants;
@@ -48,6 +49,7 @@ pub mod session;
 pub mod stats;
 pub mod timestamp;
 
+pub use error::Error;
 pub use session::{pool_for_relay, relay_pin, Session};
 
 use std::sync::Arc;
@@ -56,7 +58,6 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
 use crate::config::{DbConfig, Pooler};
-use crate::exit::CodedError;
 
 /// How a command's statements reach PostgreSQL through a transaction-pooling proxy (`--pooler
 /// transaction`); a no-op otherwise.
@@ -177,10 +178,10 @@ pub fn is_read_only(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some(READ_ONLY))
 }
 
-/// What a command that writes says on a read-only database (exit 3).
+/// What a command that writes says on a read-only database ([`Error::ReadOnly`]).
 pub const READ_ONLY_HINT: &str = "the database is read-only (a hot standby in recovery, or default_transaction_read_only is on): this command writes; point it at the primary";
 
-/// `err` replaced by [`READ_ONLY_HINT`] (exit 3) when its cause is [`is_read_only`]: the refused
+/// `err` replaced by [`Error::ReadOnly`] when its cause is [`is_read_only`]: the refused
 /// write is the first of its transaction's, so nothing was changed; else unchanged.
 pub fn explain_read_only(err: anyhow::Error) -> anyhow::Error {
     let read_only = err
@@ -188,7 +189,7 @@ pub fn explain_read_only(err: anyhow::Error) -> anyhow::Error {
         .filter_map(|e| e.downcast_ref::<sqlx::Error>())
         .any(is_read_only);
     if read_only {
-        CodedError::database(READ_ONLY_HINT.to_owned()).into()
+        Error::ReadOnly.into()
     } else {
         err
     }
@@ -211,7 +212,7 @@ pub fn is_transaction_pooler_symptom(err: &sqlx::Error) -> bool {
     }
 }
 
-/// `err` replaced by [`TRANSACTION_POOLER_HINT`] (exit 3) when its cause is
+/// `err` replaced by [`Error::TransactionPooler`] when its cause is
 /// [`is_transaction_pooler_symptom`]; else unchanged.
 pub fn explain_pooler(err: anyhow::Error) -> anyhow::Error {
     let symptom = err
@@ -220,14 +221,14 @@ pub fn explain_pooler(err: anyhow::Error) -> anyhow::Error {
         .find(|e| is_transaction_pooler_symptom(e))
         .map(|e| e.to_string());
     match symptom {
-        Some(e) => CodedError::database(format!("{TRANSACTION_POOLER_HINT} ({e})")).into(),
+        Some(server) => Error::TransactionPooler { server }.into(),
         None => err,
     }
 }
 
 /// `err` with the role it happened to, the privilege it lacks and the command that prints what
 /// to grant, when its cause is PostgreSQL's `insufficient_privilege` (42501, "permission denied
-/// for table ..."): exit [`crate::exit::PRIVILEGE`]; else unchanged. `grants_for` is the use of
+/// for table ..."): [`Error::PrivilegeMissing`]; else unchanged. `grants_for` is the use of
 /// the command that failed. PostgreSQL names only the table, so the privileges that use needs
 /// ([`grants::privileges`]) are asked of the server (`has_table_privilege` and the like) on a new
 /// connection: only on this error, never on a command's way. The database error is looked for
@@ -246,7 +247,7 @@ pub async fn explain_privilege(err: anyhow::Error, grants_for: grants::Use) -> a
     let role = cfg.options.get_username();
     // "permission denied for table outbox_locks": what the refused statement touched; of what the
     // role lacks, that object's privilege is named first.
-    let text = crate::exit::message(&err);
+    let text = crate::output::error_message(&err);
     let named = text
         .split("permission denied for ")
         .nth(1)
@@ -264,18 +265,12 @@ pub async fn explain_privilege(err: anyhow::Error, grants_for: grants::Use) -> a
             }),
         Err(_) => None,
     };
-    let lacks = lacks
-        .map(|(privilege, object)| format!(", which lacks {privilege} on {object}"))
-        .unwrap_or_default();
-    CodedError {
-        code: crate::exit::PRIVILEGE,
-        message: format!(
-            "{} (as role `{role}`{lacks}): `outboxctl grants --role {role} --for {}` prints what \
-             this needs on schema `{}` (apply it as the schema's owner)",
-            crate::exit::message(&err),
-            grants_for.name(),
-            cfg.schema.name()
-        ),
+    Error::PrivilegeMissing {
+        cause: text,
+        role: role.to_owned(),
+        lacks,
+        grants_for: grants_for.name(),
+        schema: cfg.schema.name().to_owned(),
     }
     .into()
 }
@@ -295,11 +290,24 @@ pub fn is_connection_lost(err: &sqlx::Error) -> bool {
     }
 }
 
-fn connect_error(cfg: &DbConfig, err: impl std::fmt::Display) -> CodedError {
-    CodedError::database(format!(
-        "cannot connect to PostgreSQL at {}: {err}",
-        cfg.display
-    ))
+/// The session could not be made or set up ([`Error::Unreachable`]).
+fn connect_error(cfg: &DbConfig, err: impl std::fmt::Display) -> Error {
+    Error::Unreachable {
+        at: cfg.display.clone(),
+        reason: err.to_string(),
+    }
+}
+
+/// The connection attempt failed: refused by PostgreSQL itself ([`Error::LoginRejected`]), or
+/// it never got that far.
+fn connect_failed(cfg: &DbConfig, err: sqlx::Error) -> Error {
+    match err {
+        sqlx::Error::Database(_) => Error::LoginRejected {
+            at: cfg.display.clone(),
+            reason: err.to_string(),
+        },
+        _ => connect_error(cfg, err),
+    }
 }
 
 /// The oldest PostgreSQL major version outboxctl runs on: the relay's claims size rows with
@@ -318,10 +326,11 @@ pub fn version_text(num: u32) -> String {
     }
 }
 
-/// Refuses a server older than [`MIN_SERVER_MAJOR`] (exit 3, one line naming both versions).
+/// Refuses a server older than [`MIN_SERVER_MAJOR`] ([`Error::ServerTooOld`], one line naming
+/// both versions).
 /// The version comes with the login (`server_version`); a pooler that does not pass it on is
 /// asked once.
-async fn check_server_version(conn: &mut PgConnection, cfg: &DbConfig) -> Result<(), CodedError> {
+async fn check_server_version(conn: &mut PgConnection, cfg: &DbConfig) -> Result<(), Error> {
     let num = match conn.server_version_num() {
         Some(n) => n,
         None => sqlx::query_scalar::<_, i32>("SELECT current_setting('server_version_num')::int")
@@ -331,11 +340,10 @@ async fn check_server_version(conn: &mut PgConnection, cfg: &DbConfig) -> Result
             .max(0) as u32,
     };
     if num / 10_000 < MIN_SERVER_MAJOR {
-        return Err(CodedError::database(format!(
-            "PostgreSQL {} at {} is not supported: outboxctl needs PostgreSQL {MIN_SERVER_MAJOR} or later",
-            version_text(num),
-            cfg.display
-        )));
+        return Err(Error::ServerTooOld {
+            version: version_text(num),
+            at: cfg.display.clone(),
+        });
     }
     Ok(())
 }
@@ -358,7 +366,7 @@ fn first_schema(search_path: &str) -> String {
 /// Fails when the session's search path does not start with the configured schema: every
 /// statement names tables unqualified, so such a session would read and change the outbox of
 /// another schema (`public`, behind a pooler that dropped the schema).
-async fn check_search_path(conn: &mut PgConnection, cfg: &DbConfig) -> Result<(), CodedError> {
+async fn check_search_path(conn: &mut PgConnection, cfg: &DbConfig) -> Result<(), Error> {
     let path: String = sqlx::query_scalar(SHOW_SEARCH_PATH)
         .fetch_one(&mut *conn)
         .await
@@ -367,12 +375,11 @@ async fn check_search_path(conn: &mut PgConnection, cfg: &DbConfig) -> Result<()
     if first_schema(&path) == schema {
         return Ok(());
     }
-    Err(connect_error(
-        cfg,
-        format!(
-            "the session's search_path is `{path}`, not schema `{schema}` (--schema): a connection pooler dropped the `options` startup parameter that carries it (e.g. PgBouncer's ignore_startup_parameters); set it on the server for the pooler's sessions (ALTER ROLE ... SET search_path = {schema}) or connect to PostgreSQL directly"
-        ),
-    ))
+    Err(Error::SearchPathDropped {
+        at: cfg.display.clone(),
+        search_path: path,
+        schema: schema.to_owned(),
+    })
 }
 
 /// The statement that gives a session the configured schema behind a session-pooling proxy
@@ -402,7 +409,7 @@ async fn init_session(conn: &mut PgConnection, cfg: &DbConfig) -> sqlx::Result<(
 /// [`explain_privilege`].
 static CONNECTED: std::sync::OnceLock<DbConfig> = std::sync::OnceLock::new();
 
-pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
+pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, Error> {
     match tokio::time::timeout(
         cfg.connect_timeout,
         PgConnection::connect_with(&cfg.options),
@@ -436,7 +443,7 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
             }
             Ok(conn)
         }
-        Ok(Err(e)) => Err(connect_error(cfg, e)),
+        Ok(Err(e)) => Err(connect_failed(cfg, e)),
         Err(_) => Err(connect_error(
             cfg,
             format!(
@@ -449,7 +456,7 @@ pub async fn connect(cfg: &DbConfig) -> Result<PgConnection, CodedError> {
 
 /// A pool of up to `max` connections. One connection is made first so that a wrong URL or an
 /// unreachable server fails here with the real reason.
-pub async fn pool(cfg: &DbConfig, max: u32) -> Result<PgPool, CodedError> {
+pub async fn pool(cfg: &DbConfig, max: u32) -> Result<PgPool, Error> {
     let first = connect(cfg).await?;
     drop(first);
     let session = cfg.pooler == Pooler::Session;

@@ -14,7 +14,6 @@ use uuid::Uuid;
 use super::relay::{self as sql, Settle, Settled};
 use super::{connect, is_connection_lost, set_search_path_sql, Pin};
 use crate::config::{DbConfig, Pooler};
-use crate::exit::CodedError;
 
 /// A pool and how its statements go through a transaction-pooling proxy ([`Pin`]). Cheap to
 /// clone (the pool is shared).
@@ -35,7 +34,7 @@ impl Session {
         max: u32,
         async_commit: bool,
         lease: std::time::Duration,
-    ) -> Result<Self, CodedError> {
+    ) -> Result<Self, super::Error> {
         Ok(Self {
             pool: pool_for_relay(cfg, max, async_commit, lease).await?,
             pin: relay_pin(cfg, async_commit, lease),
@@ -223,7 +222,7 @@ pub async fn pool_for_relay(
     max: u32,
     async_commit: bool,
     lease: std::time::Duration,
-) -> Result<PgPool, CodedError> {
+) -> Result<PgPool, super::Error> {
     drop(connect(cfg).await?);
     // Under transaction pooling these go into every transaction instead ([`relay_pin`]): a
     // session SET would stay on a server connection other clients get next.

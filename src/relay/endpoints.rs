@@ -84,19 +84,15 @@ pub async fn bind(addr: &str) -> Result<TcpListener, BindError> {
     }
 }
 
+/// Why `--metrics-addr` cannot be served (its exit code is decided in [`crate::exit`]).
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
+    /// The address does not parse or resolve.
     #[error("invalid --metrics-addr `{0}`: {1}")]
     Resolve(String, #[source] std::io::Error),
+    /// The port is in use, or not ours to take.
     #[error("cannot listen on --metrics-addr {0}: {1}")]
     Bind(SocketAddr, #[source] std::io::Error),
-}
-
-impl BindError {
-    /// A name that does not resolve is a usage error; a port in use is not.
-    pub fn is_usage(&self) -> bool {
-        matches!(self, BindError::Resolve(..))
-    }
 }
 
 /// Serves until `stop` (after the relay has finished, so the probes answer during a graceful

@@ -20,7 +20,6 @@ use tokio::sync::Mutex;
 use super::headers::{self, HeaderPolicy};
 use super::template::Template;
 use super::{publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
-use crate::exit::CodedError;
 
 pub struct AmqpSink {
     uri: String,
@@ -62,9 +61,9 @@ async fn connect(uri: &str) -> Result<(Connection, Channel), SinkError> {
 }
 
 impl AmqpSink {
-    pub fn new(spec: &str) -> Result<Self, CodedError> {
+    pub fn new(spec: &str) -> Result<Self, super::Error> {
         let mut url = url::Url::parse(spec)
-            .map_err(|e| CodedError::usage(format!("invalid --sink `amqp://…`: {e}")))?;
+            .map_err(|e| super::Error::invalid(format!("invalid --sink `amqp://…`: {e}")))?;
         let mut exchange = String::new();
         let mut routing_key = "outbox".to_owned();
         for (k, v) in url.query_pairs() {
@@ -72,7 +71,7 @@ impl AmqpSink {
                 "exchange" => exchange = v.into_owned(),
                 "routing_key" if !v.is_empty() => routing_key = v.into_owned(),
                 other => {
-                    return Err(CodedError::usage(format!(
+                    return Err(super::Error::invalid(format!(
                         "invalid --sink: unknown amqp parameter `{other}` (use exchange=NAME, routing_key=TEMPLATE)"
                     )))
                 }
@@ -88,9 +87,9 @@ impl AmqpSink {
             &routing_key,
             &format!("invalid --sink: routing_key `{routing_key}`"),
         )
-        .map_err(CodedError::usage)?;
+        .map_err(super::Error::invalid)?;
         let exchange = ShortString::try_new(exchange).map_err(|_| {
-            CodedError::usage("invalid --sink: an exchange name is at most 255 bytes")
+            super::Error::invalid("invalid --sink: an exchange name is at most 255 bytes")
         })?;
         Ok(Self {
             uri,

@@ -20,7 +20,6 @@ use super::template::Template;
 use super::{
     publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError, SinkOptions,
 };
-use crate::exit::CodedError;
 
 pub struct HttpSink {
     client: reqwest::Client,
@@ -32,9 +31,9 @@ pub struct HttpSink {
 }
 
 impl HttpSink {
-    pub fn new(spec: &str, opts: &SinkOptions) -> Result<Self, CodedError> {
+    pub fn new(spec: &str, opts: &SinkOptions) -> Result<Self, super::Error> {
         let url = reqwest::Url::parse(spec).map_err(|e| {
-            CodedError::usage(format!(
+            super::Error::invalid(format!(
                 "invalid --sink `{}`: {e}",
                 spec.split("://").next().unwrap_or("http")
             ))
@@ -45,12 +44,12 @@ impl HttpSink {
         for (i, h) in opts.http_headers.iter().enumerate() {
             let which = i + 1;
             let (name, value) = h.split_once(':').ok_or_else(|| {
-                CodedError::usage(format!(
+                super::Error::invalid(format!(
                     "invalid --http-header number {which} (not shown; it may hold a secret): use 'Name: value'"
                 ))
             })?;
             let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-                CodedError::usage(format!(
+                super::Error::invalid(format!(
                     "invalid --http-header number {which} (not shown; it may hold a secret): bad header name"
                 ))
             })?;
@@ -60,13 +59,13 @@ impl HttpSink {
                     .iter()
                     .any(|p| lower.starts_with(p))
             {
-                return Err(CodedError::usage(format!(
+                return Err(super::Error::invalid(format!(
                     "invalid --http-header `{name}`: framing, hop-by-hop and webhook-* headers are the relay's own (put the host in --sink)"
                 )));
             }
             // Template's error quotes the unknown placeholder, which is part of the value.
             let template = Template::parse(value.trim(), "").map_err(|_| {
-                CodedError::usage(format!(
+                super::Error::invalid(format!(
                     "invalid --http-header `{name}`: its value has an unknown placeholder (not shown; it may hold a secret); use {}",
                     super::template::PLACEHOLDERS
                         .iter()
@@ -79,7 +78,7 @@ impl HttpSink {
         }
         let row_headers = HeaderPolicy::http(extra.iter().map(|(n, _)| n.as_str()));
         let signer = match &opts.signing_secrets {
-            Some(text) => Some(Signer::from_secrets(text).map_err(CodedError::usage)?),
+            Some(text) => Some(Signer::from_secrets(text).map_err(super::Error::invalid)?),
             None => None,
         };
         let client = reqwest::Client::builder()
@@ -89,7 +88,7 @@ impl HttpSink {
             .pool_max_idle_per_host(1024)
             .user_agent(concat!("outboxctl/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| CodedError::usage(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(|e| super::Error::unusable(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             client,
             url,

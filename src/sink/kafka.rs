@@ -43,7 +43,6 @@ use rdkafka::{ClientConfig, ClientContext};
 use super::headers::{self, HeaderPolicy};
 use super::template::Template;
 use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
-use crate::exit::CodedError;
 
 /// Topic template used when the URL has no `topic` parameter (Debezium's default).
 pub const DEFAULT_TOPIC: &str = "outbox.event.{aggregate_type}";
@@ -272,15 +271,16 @@ impl KafkaSink {
         spec: &str,
         properties: &[String],
         publish_timeout: Duration,
-    ) -> Result<Self, CodedError> {
-        let s = parse_spec(spec).map_err(|e| CodedError::usage(format!("invalid --sink: {e}")))?;
+    ) -> Result<Self, super::Error> {
+        let s =
+            parse_spec(spec).map_err(|e| super::Error::invalid(format!("invalid --sink: {e}")))?;
         let topic = Template::parse(&s.topic, &format!("invalid --sink: topic `{}`", s.topic))
-            .map_err(CodedError::usage)?;
+            .map_err(super::Error::invalid)?;
         if let Some(why) = invalid_topic(&topic.literal_text()).filter(|_| {
             // An empty literal (a topic that is only placeholders) is checked per event.
             !topic.literal_text().is_empty()
         }) {
-            return Err(CodedError::usage(format!(
+            return Err(super::Error::invalid(format!(
                 "invalid --sink: {}",
                 why.replace(
                     &format!("topic `{}`", topic.literal_text()),
@@ -291,11 +291,11 @@ impl KafkaSink {
         let key = match &s.key {
             Some(k) => Some(
                 Template::parse(k, &format!("invalid --sink: key `{k}`"))
-                    .map_err(CodedError::usage)?,
+                    .map_err(super::Error::invalid)?,
             ),
             None => None,
         };
-        let props = parse_properties(properties).map_err(CodedError::usage)?;
+        let props = parse_properties(properties).map_err(super::Error::invalid)?;
         let mut config = ClientConfig::new();
         let message_timeout = message_timeout(publish_timeout);
         config
@@ -538,7 +538,7 @@ fn create(
     config: &ClientConfig,
     state: &Arc<State>,
     props: &[(String, String)],
-) -> Result<FutureProducer<Ctx>, CodedError> {
+) -> Result<FutureProducer<Ctx>, super::Error> {
     config
         .create_with_context(Ctx(Arc::clone(state)))
         .map_err(|e| {
@@ -547,7 +547,7 @@ fn create(
             for (_, v) in props.iter().filter(|(_, v)| !v.is_empty()) {
                 text = text.replace(v.as_str(), "***");
             }
-            CodedError::usage(format!(
+            super::Error::invalid(format!(
                 "invalid --kafka-property: librdkafka refused the configuration: {text}"
             ))
         })

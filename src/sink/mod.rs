@@ -7,6 +7,7 @@
 //! decides, per batch, whether these are an outage or per-event outcomes after all.
 
 pub mod amqp;
+mod error;
 pub mod file;
 pub mod headers;
 pub mod http;
@@ -24,7 +25,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::exit::CodedError;
+pub use error::Error;
 
 /// An event as published (see [`crate::event`]).
 pub use crate::event::Event;
@@ -497,29 +498,29 @@ fn usage() -> String {
 
 /// Builds the sink named by `--sink`: `stdout`, `null`, `file:PATH`, `http(s)://...`,
 /// `nats://...` (JetStream), `redis://...` (Streams), `amqp://...` (RabbitMQ), `kafka://...`.
-pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, CodedError> {
+pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, Error> {
     let spec = spec.trim();
     let Some(scheme) = Scheme::of(spec) else {
-        return Err(CodedError::usage(format!(
+        return Err(Error::invalid(format!(
             "invalid --sink `{}`: use {}",
             crate::config::redact_url(spec),
             usage()
         )));
     };
     if !opts.http_headers.is_empty() && !scheme.is_http() {
-        return Err(CodedError::usage(
+        return Err(Error::invalid(
             "--http-header only applies to an http(s):// --sink",
         ));
     }
     if !opts.kafka_properties.is_empty() && scheme != Scheme::Kafka {
-        return Err(CodedError::usage(
+        return Err(Error::invalid(
             "--kafka-property only applies to a kafka:// --sink",
         ));
     }
     Ok(match scheme {
         Scheme::Stdout => {
             if stdout::is_dev_null() {
-                return Err(CodedError::usage(
+                return Err(Error::unusable(
                     "--sink stdout: stdout is /dev/null (or was closed, which reads the same), so every event would be marked published and thrown away; use --sink null to discard events on purpose, or give stdout a pipe or a file",
                 ));
             }
@@ -529,12 +530,12 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
         Scheme::File => {
             let path = &spec[scheme.prefix().len()..];
             if path.is_empty() {
-                return Err(CodedError::usage(
+                return Err(Error::invalid(
                     "invalid --sink `file:`: give a path, e.g. file:/var/log/outbox.jsonl",
                 ));
             }
             Arc::new(file::open(path).map_err(|e| {
-                CodedError::usage(format!(
+                Error::unusable(format!(
                     "invalid --sink: cannot open {path} for appending: {e}"
                 ))
             })?)

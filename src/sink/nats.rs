@@ -22,7 +22,6 @@ use async_nats::jetstream;
 use super::headers::{self, HeaderPolicy};
 use super::template::Template;
 use super::{publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
-use crate::exit::CodedError;
 
 pub struct NatsSink {
     js: jetstream::Context,
@@ -110,16 +109,16 @@ impl std::fmt::Debug for Target {
 
 impl Target {
     /// The target of `spec` when it is a `nats://` sink (`None` for any other sink).
-    pub fn of(spec: &str) -> Option<Result<Self, CodedError>> {
+    pub fn of(spec: &str) -> Option<Result<Self, super::Error>> {
         (super::Scheme::of(spec) == Some(super::Scheme::Nats)).then(|| Self::parse(spec.trim()))
     }
 
-    pub fn parse(spec: &str) -> Result<Self, CodedError> {
+    pub fn parse(spec: &str) -> Result<Self, super::Error> {
         let url = url::Url::parse(spec)
-            .map_err(|e| CodedError::usage(format!("invalid --sink `nats://…`: {e}")))?;
+            .map_err(|e| super::Error::invalid(format!("invalid --sink `nats://…`: {e}")))?;
         let host = url
             .host_str()
-            .ok_or_else(|| CodedError::usage("invalid --sink: a nats:// URL needs a host"))?
+            .ok_or_else(|| super::Error::invalid("invalid --sink: a nats:// URL needs a host"))?
             .to_owned();
         let port = url.port().unwrap_or(4222);
         let subject = url
@@ -131,12 +130,12 @@ impl Target {
             || subject.contains(char::is_whitespace)
             || subject.contains(['*', '>'])
         {
-            return Err(CodedError::usage(format!(
+            return Err(super::Error::invalid(format!(
                 "invalid --sink: subject `{subject}` must be a plain NATS subject (no spaces or wildcards), e.g. outbox.{{event_type}}"
             )));
         }
         let template = Template::parse(&subject, &format!("invalid --sink: subject `{subject}`"))
-            .map_err(CodedError::usage)?;
+            .map_err(super::Error::invalid)?;
         let credentials = (!url.username().is_empty()).then(|| {
             (
                 percent_decode(url.username()),
@@ -185,7 +184,7 @@ impl Target {
 impl NatsSink {
     /// Connects in the background: a NATS server that is down now only makes publishes fail
     /// (and retry) until it is back.
-    pub async fn connect(spec: &str, timeout: Duration) -> Result<Self, CodedError> {
+    pub async fn connect(spec: &str, timeout: Duration) -> Result<Self, super::Error> {
         let target = Target::parse(spec)?;
         let problems = Arc::new(Mutex::new(Problems::default()));
         let seen = Arc::clone(&problems);
@@ -201,7 +200,7 @@ impl NatsSink {
         let client = opts
             .connect(target.server())
             .await
-            .map_err(|e| CodedError::usage(format!("invalid --sink: {e}")))?;
+            .map_err(|e| super::Error::invalid(format!("invalid --sink: {e}")))?;
         let mut js = jetstream::new(client);
         // The ack's own timeout comes first, so its error can name the cause.
         js.set_timeout(super::client_timeout(timeout));

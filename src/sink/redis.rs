@@ -16,7 +16,6 @@ use tokio::sync::OnceCell;
 
 use super::template::Template;
 use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
-use crate::exit::CodedError;
 
 pub struct RedisSink {
     client: redis::Client,
@@ -29,9 +28,9 @@ pub struct RedisSink {
 impl RedisSink {
     /// Validates the URL; connects on the first publish (a Redis that is down only makes
     /// publishes fail and retry until it is back).
-    pub fn new(spec: &str) -> Result<Self, CodedError> {
+    pub fn new(spec: &str) -> Result<Self, super::Error> {
         let url = url::Url::parse(spec)
-            .map_err(|e| CodedError::usage(format!("invalid --sink `redis://…`: {e}")))?;
+            .map_err(|e| super::Error::invalid(format!("invalid --sink `redis://…`: {e}")))?;
         let mut stream = "outbox".to_owned();
         let mut maxlen = None;
         for (k, v) in url.query_pairs() {
@@ -39,13 +38,13 @@ impl RedisSink {
                 "stream" if !v.trim().is_empty() => stream = v.into_owned(),
                 "maxlen" => {
                     maxlen = Some(v.parse::<u64>().map_err(|_| {
-                        CodedError::usage(format!(
+                        super::Error::invalid(format!(
                             "invalid --sink: maxlen `{v}` is not a whole number"
                         ))
                     })?)
                 }
                 other => {
-                    return Err(CodedError::usage(format!(
+                    return Err(super::Error::invalid(format!(
                     "invalid --sink: unknown redis parameter `{other}` (use stream=NAME, maxlen=N)"
                 )))
                 }
@@ -54,14 +53,14 @@ impl RedisSink {
         let mut base = url.clone();
         base.set_query(None);
         let client = redis::Client::open(base.as_str())
-            .map_err(|e| CodedError::usage(format!("invalid --sink: {e}")))?;
+            .map_err(|e| super::Error::invalid(format!("invalid --sink: {e}")))?;
         let mut shown = base.clone();
         if shown.password().is_some() {
             let _ = shown.set_password(Some("***"));
         }
         let display = format!("{shown}?stream={stream}");
         let stream = Template::parse(&stream, &format!("invalid --sink: stream `{stream}`"))
-            .map_err(CodedError::usage)?;
+            .map_err(super::Error::invalid)?;
         Ok(Self {
             client,
             conn: OnceCell::new(),

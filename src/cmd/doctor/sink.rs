@@ -8,14 +8,14 @@ use serde_json::json;
 use super::{check, secs, Check, RelaySettings, Status};
 
 pub(super) async fn nats_check(
-    target: Result<crate::sink::nats::Target, crate::exit::CodedError>,
+    target: Result<crate::sink::nats::Target, crate::sink::Error>,
     r: &RelaySettings,
     timeout: Duration,
 ) -> Check {
     let horizon = r.retry_horizon();
     let window = match target {
         Ok(t) => nats_duplicate_window(&t, timeout).await,
-        Err(e) => Err(anyhow::anyhow!(e.message)),
+        Err(e) => Err(anyhow::anyhow!(e.to_string())),
     };
     match window {
         Err(e) => check(

@@ -111,8 +111,9 @@ proptest! {
                 prop_assert!(!shown.contains(&password), "{}", shown);
             }
             Err(e) => {
-                one_line(&e.message)?;
-                prop_assert!(!e.message.contains(&password), "{}", e.message);
+                let e = e.to_string();
+                one_line(&e)?;
+                prop_assert!(!e.contains(&password), "{}", e);
             }
         }
     }
@@ -130,8 +131,9 @@ proptest! {
             ..Default::default()
         };
         if let Err(e) = outboxctl::sink::http::HttpSink::new("http://127.0.0.1:1/x", &opts) {
-            one_line(&e.message)?;
-            prop_assert!(!e.message.contains(&secret), "{}", e.message);
+            let e = e.to_string();
+            one_line(&e)?;
+            prop_assert!(!e.contains(&secret), "{}", e);
         }
     }
 
@@ -147,8 +149,9 @@ proptest! {
             pooler: outboxctl::cli::PoolerArg::None,
         };
         if let Err(e) = outboxctl::config::DbConfig::from_args(&args) {
-            one_line(&e.message)?;
-            prop_assert!(!e.message.contains(&password), "{}", e.message);
+            let e = e.to_string();
+            one_line(&e)?;
+            prop_assert!(!e.contains(&password), "{}", e);
         }
     }
 }
@@ -165,7 +168,7 @@ fn regression_an_http_header_placeholder_is_not_quoted() {
     let e = outboxctl::sink::http::HttpSink::new("http://127.0.0.1:1/x", &opts)
         .map(|_| ())
         .expect_err("refused");
-    assert!(!e.message.contains("Tok3nS3cretValue"), "{}", e.message);
+    assert!(!e.to_string().contains("Tok3nS3cretValue"), "{e}");
 }
 
 /// Found by `durations_times_sizes_uuids_and_listen_addresses_never_panic` (minimal input `"\n"`):
