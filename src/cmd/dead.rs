@@ -28,20 +28,17 @@ pub async fn run(args: DeadArgs) -> anyhow::Result<u8> {
 
 async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let filter = EventFilter::from_args(&args.filter)?;
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    let mut conn = pool.acquire().await?;
-    check_filter(&mut conn, &filter).await?;
-    let blocking = db::ordering::blocking_heads(&mut conn).await?;
-    view::print_list(
-        &mut conn,
-        Scope::Dead,
+    let filter = EventFilter::from_args(&args.list.filter)?;
+    let (limit, json) = (args.list.limit, args.list.output.json);
+    let empty = "no dead-lettered events match";
+    view::list(
+        &cfg,
         &filter,
-        args.list.limit,
-        args.output.json,
-        "no dead-lettered events match",
+        Scope::Dead,
+        limit,
+        json,
+        empty,
         view::DEAD_TABLE,
-        &blocking,
     )
     .await?;
     Ok(OK)

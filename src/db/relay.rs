@@ -342,32 +342,14 @@ pub async fn claim_lease_filtered(
     filter: &str,
     after: Option<Position>,
 ) -> sqlx::Result<Claim> {
-    let first = claim_lease_once(conn, limit, lease, token, filter, after).await?;
-    let Some(running) = running_after(limit, &first) else {
-        return Ok(first);
-    };
-    let claim = claim_lease_once(conn, running, lease, token, filter, after).await?;
-    Ok(claim.after_empty_share())
-}
-
-async fn claim_lease_once(
-    conn: &mut PgConnection,
-    limit: BatchLimit,
-    lease: Duration,
-    token: Uuid,
-    filter: &str,
-    after: Option<Position>,
-) -> sqlx::Result<Claim> {
-    let (at, id) = start_binds(after);
-    sqlx::query_as(&claim_lease_sql_from(limit, filter))
-        .bind(micros(lease))
-        .bind(token)
-        .bind(at)
-        .bind(id)
-        .persistent(true)
-        .fetch_all(conn)
-        .await
-        .map(|rows| Claim::from_rows(rows, limit.sizing))
+    let mark = Mark::Lease { lease, token };
+    ClaimOf {
+        mark,
+        filter,
+        after,
+    }
+    .run(conn, limit)
+    .await
 }
 
 /// Transaction mode: claims ready rows within `limit` and marks them published in the caller's
@@ -385,28 +367,68 @@ pub async fn claim_tx_filtered(
     filter: &str,
     after: Option<Position>,
 ) -> sqlx::Result<Claim> {
-    let first = claim_tx_once(conn, limit, filter, after).await?;
-    let Some(running) = running_after(limit, &first) else {
-        return Ok(first);
-    };
-    let claim = claim_tx_once(conn, running, filter, after).await?;
-    Ok(claim.after_empty_share())
+    let mark = Mark::Tx;
+    ClaimOf {
+        mark,
+        filter,
+        after,
+    }
+    .run(conn, limit)
+    .await
 }
 
-async fn claim_tx_once(
-    conn: &mut PgConnection,
-    limit: BatchLimit,
-    filter: &str,
+/// How a claim marks its rows: leased (with the lease and the claim's token), or published in
+/// the caller's transaction.
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    Lease { lease: Duration, token: Uuid },
+    Tx,
+}
+
+/// A claim apart from its limit: how it marks its rows, over which rows (see
+/// [`claim_lease_filtered`]), and from where.
+#[derive(Debug, Clone, Copy)]
+struct ClaimOf<'a> {
+    mark: Mark,
+    filter: &'a str,
     after: Option<Position>,
-) -> sqlx::Result<Claim> {
-    let (at, id) = start_binds(after);
-    sqlx::query_as(&claim_tx_sql_from(limit, filter))
-        .bind(at)
-        .bind(id)
-        .persistent(true)
-        .fetch_all(conn)
-        .await
-        .map(|rows| Claim::from_rows(rows, limit.sizing))
+}
+
+impl ClaimOf<'_> {
+    /// The claim, and the running claim that follows an empty share claim (see
+    /// [`running_after`]).
+    async fn run(self, conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {
+        let first = self.once(conn, limit).await?;
+        let Some(running) = running_after(limit, &first) else {
+            return Ok(first);
+        };
+        let claim = self.once(conn, running).await?;
+        Ok(claim.after_empty_share())
+    }
+
+    async fn once(self, conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {
+        let Self {
+            mark,
+            filter,
+            after,
+        } = self;
+        let (at, id) = start_binds(after);
+        let sql = match mark {
+            Mark::Lease { .. } => claim_lease_sql_from(limit, filter),
+            Mark::Tx => claim_tx_sql_from(limit, filter),
+        };
+        let mut query = sqlx::query_as(&sql);
+        if let Mark::Lease { lease, token } = mark {
+            query = query.bind(micros(lease)).bind(token);
+        }
+        query
+            .bind(at)
+            .bind(id)
+            .persistent(true)
+            .fetch_all(conn)
+            .await
+            .map(|rows| Claim::from_rows(rows, limit.sizing))
+    }
 }
 
 /// After `first`, a claim made with `limit`: the [`Sizing::Running`] limit to claim with at once
@@ -430,21 +452,36 @@ pub async fn settle_published(
     ids: &[i64],
     token: Uuid,
 ) -> sqlx::Result<Vec<i64>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_scalar(
+    ids_of_token(
+        conn,
         "UPDATE outbox
             SET published_at = now(), locked_until = NULL, last_error = NULL
           WHERE id = ANY($1) AND claim_token = $2
             AND published_at IS NULL AND dead_lettered_at IS NULL
           RETURNING id",
+        ids,
+        token,
     )
-    .bind(ids)
-    .bind(token)
-    .persistent(true)
-    .fetch_all(conn)
     .await
+}
+
+/// Runs `sql` with `ids` as `$1` and the claim's `token` as `$2`, returning ids. Nothing to look
+/// at runs nothing.
+async fn ids_of_token(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    ids: &[i64],
+    token: Uuid,
+) -> sqlx::Result<Vec<i64>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(sql)
+        .bind(ids)
+        .bind(token)
+        .persistent(true)
+        .fetch_all(conn)
+        .await
 }
 
 /// One failed publish to record.
@@ -480,10 +517,6 @@ pub async fn settle_failed(
     failures: &[Failure],
     token: Uuid,
 ) -> sqlx::Result<Vec<i64>> {
-    if failures.is_empty() {
-        return Ok(Vec::new());
-    }
-    let (ids, delays, dead, errors, counted) = failure_columns(failures);
     let sql = format!(
         "UPDATE outbox o
             SET locked_until = NULL,
@@ -492,40 +525,45 @@ pub async fn settle_failed(
             AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
           RETURNING o.id"
     );
-    sqlx::query_scalar(&sql)
-        .bind(ids)
-        .bind(delays)
-        .bind(dead)
-        .bind(errors)
-        .bind(counted)
-        .bind(token)
-        .persistent(true)
-        .fetch_all(conn)
-        .await
+    record_failures(conn, &sql, failures, Some(token)).await
 }
 
 /// Transaction mode: turns rows marked published by [`claim_tx`] back into retries or dead
 /// letters, inside the same transaction. Returns how many rows it changed.
 pub async fn revert_tx(conn: &mut PgConnection, failures: &[Failure]) -> sqlx::Result<u64> {
-    if failures.is_empty() {
-        return Ok(0);
-    }
-    let (ids, delays, dead, errors, counted) = failure_columns(failures);
     let sql = format!(
         "UPDATE outbox o
             SET published_at = NULL,
                 {FAILURE_OUTCOME}
-          WHERE o.id = f.id"
+          WHERE o.id = f.id
+          RETURNING o.id"
     );
-    Ok(sqlx::query(&sql)
+    let reverted = record_failures(conn, &sql, failures, None).await?;
+    Ok(reverted.len() as u64)
+}
+
+/// Runs `sql`, a statement of [`FAILURE_OUTCOME`] returning the ids it changed, with `failures`
+/// as its `$1..$5` and the lease's `token` (if any) as `$6`. Nothing to record runs nothing.
+async fn record_failures(
+    conn: &mut PgConnection,
+    sql: &str,
+    failures: &[Failure],
+    token: Option<Uuid>,
+) -> sqlx::Result<Vec<i64>> {
+    if failures.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (ids, delays, dead, errors, counted) = failure_columns(failures);
+    let mut query = sqlx::query_scalar(sql)
         .bind(ids)
         .bind(delays)
         .bind(dead)
         .bind(errors)
-        .bind(counted)
-        .execute(conn)
-        .await?
-        .rows_affected())
+        .bind(counted);
+    if let Some(token) = token {
+        query = query.bind(token);
+    }
+    query.persistent(true).fetch_all(conn).await
 }
 
 /// The columns of [`FAILURE_OUTCOME`]'s `unnest`.
@@ -586,14 +624,8 @@ pub async fn still_claimed(
     ids: &[i64],
     token: Uuid,
 ) -> sqlx::Result<Vec<i64>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_scalar("SELECT id FROM outbox WHERE id = ANY($1) AND claim_token = $2")
-        .bind(ids)
-        .bind(token)
-        .fetch_all(conn)
-        .await
+    let sql = "SELECT id FROM outbox WHERE id = ANY($1) AND claim_token = $2";
+    ids_of_token(conn, sql, ids, token).await
 }
 
 /// What a lease-mode settle does to a batch's rows: published ones marked, failed ones retried

@@ -17,6 +17,7 @@ use crate::db::events::{EventRow, Scope};
 use crate::db::timestamp::Timestamp;
 use crate::exit::CodedError;
 use crate::json::{self, JsonText};
+use crate::ops::select::check_filter;
 use crate::output::JsonArray;
 use crate::select::EventFilter;
 use crate::{db, output};
@@ -160,12 +161,36 @@ pub fn print_events_table(rows: &[EventRow]) -> anyhow::Result<()> {
 /// needs all its rows to size its columns).
 pub const TABLE_PAGE: usize = 1000;
 
+/// `dead list` and `events list`: the events of `scope` that `filter` matches, at most `limit`, on
+/// a connection of their own; a dead list marks the dead heads blocking their ordered keys.
+pub async fn list(
+    cfg: &DbConfig,
+    filter: &EventFilter,
+    scope: Scope<'_>,
+    limit: u64,
+    json: bool,
+    empty: &str,
+    kind: TableKind,
+) -> anyhow::Result<()> {
+    let pool = db::pool_migrated(cfg, 1).await?;
+    let mut conn = pool.acquire().await?;
+    check_filter(&mut conn, filter).await?;
+    let blocking = match scope {
+        Scope::Dead => db::ordering::blocking_heads(&mut conn).await?,
+        Scope::States(_) => Default::default(),
+    };
+    print_list(
+        &mut conn, scope, filter, limit, json, empty, kind, &blocking,
+    )
+    .await
+}
+
 /// Streams a list of at most `limit` events from the database to stdout: with `json`,
 /// [`EventList`]'s shape (count first, so it is counted first, in the same snapshot), else a
 /// message when empty, or tables of [`TABLE_PAGE`] rows and a note on stderr when more rows
 /// matched than `limit`. Memory does not grow with `limit`.
 #[allow(clippy::too_many_arguments)]
-pub async fn print_list(
+async fn print_list(
     conn: &mut PgConnection,
     scope: Scope<'_>,
     filter: &EventFilter,
