@@ -10,7 +10,7 @@ use crate::cli::{
 };
 use crate::config::{self, DbConfig};
 use crate::db::audit::Audit;
-use crate::db::{self, events::EventRow, events::EventState, events::Scope};
+use crate::db::{self, events::EventRow, events::Scope};
 use crate::exit::{CodedError, OK};
 use crate::ops::select::{check_filter, select_dead};
 use crate::ops::{batch, view};
@@ -30,31 +30,13 @@ async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let filter = EventFilter::from_args(&args.list.filter)?;
     let (limit, json) = (args.list.limit, args.list.output.json);
-    let empty = "no dead-lettered events match";
-    view::list(
-        &cfg,
-        &filter,
-        Scope::Dead,
-        limit,
-        json,
-        empty,
-        view::DEAD_TABLE,
-    )
-    .await?;
+    view::list(&cfg, &filter, Scope::Dead, limit, json, view::DEAD_TABLE).await?;
     Ok(OK)
 }
 
 async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let (mut conn, event) = view::open(&cfg, args.id).await?;
-    if event.state != EventState::Dead {
-        return Err(CodedError::usage(format!(
-            "event {} is {}, not dead-lettered; see it with `outboxctl events show {}`",
-            event.id, event.state, event.id
-        ))
-        .into());
-    }
-    view::show(&mut conn, &event, args.output.json).await?;
+    view::show_one(&cfg, args.id, args.output.json, true).await?;
     Ok(OK)
 }
 

@@ -342,14 +342,8 @@ pub async fn claim_lease_filtered(
     filter: &str,
     after: Option<Position>,
 ) -> sqlx::Result<Claim> {
-    let mark = Mark::Lease { lease, token };
-    ClaimOf {
-        mark,
-        filter,
-        after,
-    }
-    .run(conn, limit)
-    .await
+    let claim = ClaimOf::new(Mark::Lease { lease, token }, filter, after);
+    claim.run(conn, limit).await
 }
 
 /// Transaction mode: claims ready rows within `limit` and marks them published in the caller's
@@ -367,14 +361,7 @@ pub async fn claim_tx_filtered(
     filter: &str,
     after: Option<Position>,
 ) -> sqlx::Result<Claim> {
-    let mark = Mark::Tx;
-    ClaimOf {
-        mark,
-        filter,
-        after,
-    }
-    .run(conn, limit)
-    .await
+    ClaimOf::new(Mark::Tx, filter, after).run(conn, limit).await
 }
 
 /// How a claim marks its rows: leased (with the lease and the claim's token), or published in
@@ -394,7 +381,15 @@ struct ClaimOf<'a> {
     after: Option<Position>,
 }
 
-impl ClaimOf<'_> {
+impl<'a> ClaimOf<'a> {
+    fn new(mark: Mark, filter: &'a str, after: Option<Position>) -> Self {
+        Self {
+            mark,
+            filter,
+            after,
+        }
+    }
+
     /// The claim, and the running claim that follows an empty share claim (see
     /// [`running_after`]).
     async fn run(self, conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {

@@ -49,30 +49,24 @@ impl Figures {
     /// Adds a group's figures into a total: the counts add up, the oldest ages and lags are the
     /// largest, the next due time the earliest.
     fn add(&mut self, f: &Figures) {
-        let max = |total: &mut f64, v: f64| *total = total.max(v);
         self.ready += f.ready;
         self.scheduled += f.scheduled;
         self.in_flight += f.in_flight;
         self.retrying += f.retrying;
-        max(
-            &mut self.oldest_pending_age_seconds,
-            f.oldest_pending_age_seconds,
-        );
-        max(
-            &mut self.oldest_pending_lag_seconds,
-            f.oldest_pending_lag_seconds,
-        );
         self.dead_lettered += f.dead_lettered;
+        let Figures {
+            oldest_pending_age_seconds: pending_age,
+            oldest_pending_lag_seconds: pending_lag,
+            oldest_ready_lag_seconds: ready_lag,
+            oldest_ready_age_seconds: ready_age,
+            ..
+        } = *f;
+        self.oldest_pending_age_seconds = pending_age.max(self.oldest_pending_age_seconds);
+        self.oldest_pending_lag_seconds = pending_lag.max(self.oldest_pending_lag_seconds);
+        self.oldest_ready_lag_seconds = ready_lag.max(self.oldest_ready_lag_seconds);
+        self.oldest_ready_age_seconds = ready_age.max(self.oldest_ready_age_seconds);
         self.published_last_minute += f.published_last_minute;
         self.published_last_hour += f.published_last_hour;
-        max(
-            &mut self.oldest_ready_lag_seconds,
-            f.oldest_ready_lag_seconds,
-        );
-        max(
-            &mut self.oldest_ready_age_seconds,
-            f.oldest_ready_age_seconds,
-        );
         self.next_due_at = match (self.next_due_at, f.next_due_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

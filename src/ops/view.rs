@@ -13,7 +13,7 @@ use crate::config::DbConfig;
 use crate::db::audit::AuditRecord;
 
 use crate::db::dead::RequeueRecord;
-use crate::db::events::{EventRow, Scope};
+use crate::db::events::{EventRow, EventState, Scope};
 use crate::db::timestamp::Timestamp;
 use crate::exit::CodedError;
 use crate::json::{self, JsonText};
@@ -85,10 +85,13 @@ fn aggregate(e: &EventRow) -> String {
 pub struct TableKind {
     pub header: &'static [&'static str],
     pub cells: fn(&EventRow) -> Vec<String>,
+    /// What a list of them says when no event matches.
+    pub empty: &'static str,
 }
 
 /// Dead letters: id, type, aggregate, attempts, when, the error's first line.
 pub const DEAD_TABLE: TableKind = TableKind {
+    empty: "no dead-lettered events match",
     header: &[
         "id",
         "event type",
@@ -112,6 +115,7 @@ pub const DEAD_TABLE: TableKind = TableKind {
 /// Events of any state: id, state, type, aggregate, attempts, due (or published / dead-lettered)
 /// time, last error. `show` and --json have every column.
 pub const EVENTS_TABLE: TableKind = TableKind {
+    empty: "no events match",
     header: &[
         "id",
         "state",
@@ -169,7 +173,6 @@ pub async fn list(
     scope: Scope<'_>,
     limit: u64,
     json: bool,
-    empty: &str,
     kind: TableKind,
 ) -> anyhow::Result<()> {
     let pool = db::pool_migrated(cfg, 1).await?;
@@ -179,10 +182,7 @@ pub async fn list(
         Scope::Dead => db::ordering::blocking_heads(&mut conn).await?,
         Scope::States(_) => Default::default(),
     };
-    print_list(
-        &mut conn, scope, filter, limit, json, empty, kind, &blocking,
-    )
-    .await
+    print_list(&mut conn, scope, filter, limit, json, kind, &blocking).await
 }
 
 /// Streams a list of at most `limit` events from the database to stdout: with `json`,
@@ -196,7 +196,6 @@ async fn print_list(
     filter: &EventFilter,
     limit: u64,
     json: bool,
-    empty: &str,
     kind: TableKind,
     blocking: &std::collections::HashMap<i64, i64>,
 ) -> anyhow::Result<()> {
@@ -245,7 +244,7 @@ async fn print_list(
         })
         .await?;
         if shown == 0 {
-            output::print_line(format_args!("{empty}"))?;
+            output::print_line(format_args!("{}", kind.empty))?;
         } else if !page.is_empty() {
             print_table(kind, page)?;
         }
@@ -428,7 +427,21 @@ pub fn no_such_event(id: i64, schema: &str) -> CodedError {
 
 /// Event `id`, or the error saying it does not exist ([`missing`]).
 /// What `events show` and `dead show` start with: a connection and the event `id`.
-pub async fn open(cfg: &DbConfig, id: i64) -> anyhow::Result<(PoolConnection<Postgres>, EventRow)> {
+/// `dead show` and `events show`: the event `id` in full ([`show`]); `dead_only` refuses (exit
+/// 2) an event that is not dead-lettered.
+pub async fn show_one(cfg: &DbConfig, id: i64, json: bool, dead_only: bool) -> anyhow::Result<()> {
+    let (mut conn, event) = open(cfg, id).await?;
+    if dead_only && event.state != EventState::Dead {
+        return Err(CodedError::usage(format!(
+            "event {} is {}, not dead-lettered; see it with `outboxctl events show {}`",
+            event.id, event.state, event.id
+        ))
+        .into());
+    }
+    show(&mut conn, &event, json).await
+}
+
+async fn open(cfg: &DbConfig, id: i64) -> anyhow::Result<(PoolConnection<Postgres>, EventRow)> {
     let pool = db::pool_migrated(cfg, 1).await?;
     let mut conn = pool.acquire().await?;
     let event = get(&mut conn, id, cfg.schema.name()).await?;

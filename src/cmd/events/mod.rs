@@ -74,25 +74,14 @@ async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
     let filter = EventFilter::from_args(&args.list.filter)?;
     let states = states_of(&args.state);
-    let (limit, json) = (args.list.limit, args.list.output.json);
-    let scope = Scope::States(&states);
-    view::list(
-        &cfg,
-        &filter,
-        scope,
-        limit,
-        json,
-        "no events match",
-        view::EVENTS_TABLE,
-    )
-    .await?;
+    let (limit, json, kind) = (args.list.limit, args.list.output.json, view::EVENTS_TABLE);
+    view::list(&cfg, &filter, Scope::States(&states), limit, json, kind).await?;
     Ok(OK)
 }
 
 async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let (mut conn, event) = view::open(&cfg, args.id).await?;
-    view::show(&mut conn, &event, args.output.json).await?;
+    view::show_one(&cfg, args.id, args.output.json, false).await?;
     Ok(OK)
 }
 
