@@ -218,7 +218,7 @@ pub struct ByFilterArgs<V: ByFilterVars> {
 }
 
 /// The environment variables of a command's [`ByFilterArgs`].
-pub trait ByFilterVars: std::fmt::Debug + Clone + Send + Sync + 'static {
+pub trait ByFilterVars {
     const STATE: &'static str;
     const LIMIT: &'static str;
     const BATCH_SIZE: &'static str;
@@ -227,7 +227,7 @@ pub trait ByFilterVars: std::fmt::Debug + Clone + Send + Sync + 'static {
 /// Declares a marker type naming the variables of a command's [`ByFilterArgs`]: --state's,
 /// --limit's and --batch-size's.
 macro_rules! by_filter_vars {
-    ($(#[$meta:meta])* $name:ident: $state:literal, $limit:literal, $batch_size:literal) => {
+    ($(#[$meta:meta])* $name:ident: $state:literal, $limit:literal, $batch_size:literal $(,)?) => {
         $(#[$meta])*
         #[derive(Debug, Clone)]
         pub struct $name;
@@ -242,12 +242,18 @@ macro_rules! by_filter_vars {
 
 by_filter_vars!(
     /// `events cancel`'s variables.
-    CancelVars: "OUTBOXCTL_CANCEL_STATE", "OUTBOXCTL_CANCEL_LIMIT", "OUTBOXCTL_CANCEL_BATCH_SIZE"
+    CancelVars:
+        "OUTBOXCTL_CANCEL_STATE",
+        "OUTBOXCTL_CANCEL_LIMIT",
+        "OUTBOXCTL_CANCEL_BATCH_SIZE",
 );
 
 by_filter_vars!(
     /// `events reschedule`'s variables.
-    RescheduleVars: "OUTBOXCTL_RESCHEDULE_STATE", "OUTBOXCTL_RESCHEDULE_LIMIT", "OUTBOXCTL_RESCHEDULE_BATCH_SIZE"
+    RescheduleVars:
+        "OUTBOXCTL_RESCHEDULE_STATE",
+        "OUTBOXCTL_RESCHEDULE_LIMIT",
+        "OUTBOXCTL_RESCHEDULE_BATCH_SIZE",
 );
 
 /// Change pending or dead events before they are handled: payload, headers, event type.

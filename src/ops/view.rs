@@ -22,7 +22,7 @@ use crate::output::JsonArray;
 use crate::select::EventFilter;
 use crate::{db, output};
 
-/// A list of events as `--json` prints it. [`print_list`] streams exactly this shape.
+/// A list of events as `--json` prints it. [`list`] streams exactly this shape.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct EventList<'a> {
     /// Events listed.
