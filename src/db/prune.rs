@@ -200,6 +200,7 @@ pub async fn delete<K: Resume>(
 /// A batch statement over `outbox` by the time column `$col`: the oldest rows first (a range of
 /// the column's index, from where the last batch stopped) that are before the cutoff and meet
 /// `$also`, which the DELETE re-checks.
+#[rustfmt::skip]
 macro_rules! delete_outbox_before {
     ($col:literal, $also:literal) => {
         concat!(
@@ -207,29 +208,13 @@ macro_rules! delete_outbox_before {
          DELETE FROM outbox
           WHERE ctid = ANY(ARRAY(
                     SELECT ctid FROM outbox
-                     WHERE ",
-            $col,
-            " < $1
-                       AND ",
-            $col,
-            " >= coalesce($2, '-infinity'::timestamptz)",
-            $also,
-            "
-                     ORDER BY ",
-            $col,
-            "
+                     WHERE ", $col, " < $1
+                       AND ", $col, " >= coalesce($2, '-infinity'::timestamptz)", $also, "
+                     ORDER BY ", $col, "
                      LIMIT $3))
-            AND (",
-            $col,
-            " < $1",
-            $also,
-            ") IS TRUE
-         RETURNING ",
-            $col,
-            "
-     ), n AS (SELECT count(*) AS n, max(",
-            $col,
-            ") AS next FROM d)",
+            AND (", $col, " < $1", $also, ") IS TRUE
+         RETURNING ", $col, "
+     ), n AS (SELECT count(*) AS n, max(", $col, ") AS next FROM d)",
             prune_audit_tail!()
         )
     };
