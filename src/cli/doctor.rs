@@ -74,8 +74,10 @@ pub struct DoctorRelayArgs {
 }
 
 threshold_pair! {
+    [value_parser = parse_nonzero_duration, value_name = "DURATION"] Duration;
+
     /// `doctor`'s thresholds of the lag.
-    pub struct DoctorLagArgs: Duration [value_parser = parse_nonzero_duration, value_name = "DURATION"] {
+    pub struct DoctorLagArgs {
         /// WARN when the lag is longer than this: how late the most overdue pending event is, as
         /// `stats --check` counts it (an event scheduled for later and never tried is not late).
         warn_lag [env = "OUTBOXCTL_DOCTOR_WARN_LAG", default_value = "5m"],

@@ -250,11 +250,15 @@ pub struct TargetArgs {
     pub filter: FilterArgs,
 }
 
-/// Declares a warning/critical threshold pair as an argument group to flatten: the two flags
-/// share their type, value parser and conditions (written once, in brackets after the type) and
-/// differ in name, environment variable and help. `pair()` gives (warning, critical).
+/// Declares warning/critical threshold pairs as argument groups to flatten. The flags of every
+/// pair declared in one call share their type and the value parser and conditions in brackets,
+/// written once before the type; each flag has its own name, environment variable and help.
+/// `pair()` gives (warning, critical).
 macro_rules! threshold_pair {
-    ($(#[$meta:meta])* $vis:vis struct $name:ident: $ty:ty [$($common:tt)*] {
+    ($common:tt $ty:ty; $($(#[$meta:meta])* $vis:vis struct $name:ident { $($flags:tt)* })+) => {
+        $(threshold_pair!(@one $common $ty; $(#[$meta])* $vis struct $name { $($flags)* });)+
+    };
+    (@one [$($common:tt)*] $ty:ty; $(#[$meta:meta])* $vis:vis struct $name:ident {
         $(#[$wdoc:meta])* $warn:ident [$($wattr:tt)*],
         $(#[$cdoc:meta])* $crit:ident [$($cattr:tt)*] $(,)?
     }) => {

@@ -82,8 +82,10 @@ pub struct StatsCheckArgs {
 }
 
 threshold_pair! {
+    [value_parser = parse_duration, value_name = "DURATION", requires = "check"] Option<Duration>;
+
     /// `stats --check`'s thresholds of the lag.
-    pub struct LagCheck: Option<Duration> [value_parser = parse_duration, value_name = "DURATION", requires = "check"] {
+    pub struct LagCheck {
         /// WARNING when the lag is longer than this, e.g. 1m. The lag is how late the most overdue
         /// pending event is: a ready event counts from when it fell due (available_at); one waiting
         /// for a retry, or being retried, from when it first fell due (taken as its created_at: for
@@ -96,29 +98,27 @@ threshold_pair! {
 }
 
 threshold_pair! {
+    [value_name = "N", requires = "check"] Option<u64>;
+
     /// `stats --check`'s thresholds of the dead letters.
-    pub struct DeadCheck: Option<u64> [value_name = "N", requires = "check"] {
+    pub struct DeadCheck {
         /// WARNING when more than N events are dead-lettered (0: any dead letter).
         warn_dead [env = "OUTBOXCTL_WARN_DEAD"],
         /// CRITICAL when more than N events are dead-lettered.
         crit_dead [env = "OUTBOXCTL_CRIT_DEAD"],
     }
-}
 
-threshold_pair! {
     /// `stats --check`'s thresholds of the backlog.
-    pub struct BacklogCheck: Option<u64> [value_name = "N", requires = "check"] {
+    pub struct BacklogCheck {
         /// WARNING when more than N events are due and unpublished (ready + in flight; scheduled
         /// events are not backlog until due).
         warn_backlog [env = "OUTBOXCTL_WARN_BACKLOG"],
         /// CRITICAL when more than N events are due and unpublished (ready + in flight).
         crit_backlog [env = "OUTBOXCTL_CRIT_BACKLOG"],
     }
-}
 
-threshold_pair! {
     /// `stats --check`'s thresholds of the events retrying.
-    pub struct RetryingCheck: Option<u64> [value_name = "N", requires = "check"] {
+    pub struct RetryingCheck {
         /// WARNING when more than N pending events have failed at least once (retrying).
         warn_retrying [env = "OUTBOXCTL_WARN_RETRYING"],
         /// CRITICAL when more than N pending events have failed at least once (retrying).
