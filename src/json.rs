@@ -198,20 +198,10 @@ pub fn has_nul(text: &str) -> bool {
     false
 }
 
-/// Any JSON value, kept as its text: the reference pages (`docs/reference/json.md`) describe it so.
-impl schemars::JsonSchema for JsonText {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "JsonText".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({ "description": "any JSON value, exactly as stored (digits kept)" })
-    }
-}
+// Any JSON value, kept as its text: the reference pages (`docs/reference/json.md`) describe it so.
+crate::schema::fixed_schema!(JsonText, "JsonText", {
+    "description": "any JSON value, exactly as stored (digits kept)"
+});
 
 #[cfg(test)]
 mod tests {

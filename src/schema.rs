@@ -47,3 +47,24 @@ pub fn schema<T: JsonSchema>() -> Schema {
         .into_generator()
         .into_root_schema_for::<T>()
 }
+
+/// Implements `schemars::JsonSchema` for a type whose schema is a fixed one, named `$name` and
+/// inlined wherever the type is used: a type the reference pages describe in words.
+macro_rules! fixed_schema {
+    ($ty:ty, $name:literal, $schema:tt) => {
+        impl schemars::JsonSchema for $ty {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                $name.into()
+            }
+
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!($schema)
+            }
+        }
+    };
+}
+pub(crate) use fixed_schema;

@@ -4,9 +4,7 @@ use clap::builder::FalseyValueParser;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::events::ShowArgs;
-use super::shared::{
-    help_of, ChangeArgs, DatabaseArgs, FilterArgs, ListLimitArgs, OutputArgs, TargetArgs,
-};
+use super::shared::{help_of, ChangeArgs, DatabaseArgs, ListArgs, TargetArgs};
 
 /// Dead letters: list, show, discard and export events the relay gave up on.
 ///
@@ -39,13 +37,7 @@ pub struct DeadListArgs {
     pub db: DatabaseArgs,
 
     #[command(flatten)]
-    pub filter: FilterArgs,
-
-    #[command(flatten)]
-    pub list: ListLimitArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub list: ListArgs,
 }
 
 /// A dead letter in full: every column, payload and headers pretty-printed, the whole

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::relay::RetryArgs;
-use super::shared::{DatabaseArgs, OutputArgs};
+use super::shared::{threshold_pair, DatabaseArgs, OutputArgs};
 use super::values::parse_nonzero_duration;
 
 /// Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check.
@@ -30,14 +30,8 @@ pub struct DoctorArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// WARN when the lag is longer than this: how late the most overdue pending event is, as
-    /// `stats --check` counts it (an event scheduled for later and never tried is not late).
-    #[arg(long, env = "OUTBOXCTL_DOCTOR_WARN_LAG", default_value = "5m", value_parser = parse_nonzero_duration, value_name = "DURATION")]
-    pub warn_lag: Duration,
-
-    /// FAIL when the lag (see --warn-lag) is longer than this.
-    #[arg(long, env = "OUTBOXCTL_DOCTOR_CRIT_LAG", default_value = "1h", value_parser = parse_nonzero_duration, value_name = "DURATION")]
-    pub crit_lag: Duration,
+    #[command(flatten)]
+    pub lag: DoctorLagArgs,
 
     /// WARN when a transaction, prepared transaction or replication slot has held back vacuum's
     /// xmin horizon for longer than this.
@@ -51,26 +45,43 @@ pub struct DoctorArgs {
     #[command(flatten)]
     pub output: OutputArgs,
 
+    // Last: its help heading applies to every argument after it.
+    #[command(flatten)]
+    pub relay: DoctorRelayArgs,
+}
+
+/// The relay's settings `doctor` checks, under the relay's own variables.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Relay settings to check")]
+pub struct DoctorRelayArgs {
     /// The relay's --lease, to check against --publish-timeout (the relay's variable)
     /// [default: the relay's, 30s].
-    #[arg(long, env = "OUTBOXCTL_LEASE", value_parser = parse_nonzero_duration, value_name = "DURATION", help_heading = "Relay settings to check")]
+    #[arg(long, env = "OUTBOXCTL_LEASE", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub lease: Option<Duration>,
 
     /// The relay's --publish-timeout [default: half the lease].
-    #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION", help_heading = "Relay settings to check")]
+    #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub publish_timeout: Option<Duration>,
 
     /// The relay's --sink: for nats://, the stream capturing the subject must keep duplicates for
     /// at least the retry horizon (placeholders in the subject are filled with a sample value).
-    #[arg(
-        long,
-        env = "OUTBOXCTL_SINK",
-        value_name = "SINK",
-        help_heading = "Relay settings to check"
-    )]
+    #[arg(long, env = "OUTBOXCTL_SINK", value_name = "SINK")]
     pub sink: Option<String>,
 
     /// The relay's retry settings, for the retry horizon.
-    #[command(flatten, next_help_heading = "Relay settings to check")]
+    #[command(flatten)]
     pub retry: RetryArgs,
+}
+
+threshold_pair! {
+    [value_parser = parse_nonzero_duration, value_name = "DURATION"] Duration;
+
+    /// `doctor`'s thresholds of the lag.
+    pub struct DoctorLagArgs {
+        /// WARN when the lag is longer than this: how late the most overdue pending event is, as
+        /// `stats --check` counts it (an event scheduled for later and never tried is not late).
+        warn_lag [env = "OUTBOXCTL_DOCTOR_WARN_LAG", default_value = "5m"],
+        /// FAIL when the lag (see --warn-lag) is longer than this.
+        crit_lag [env = "OUTBOXCTL_DOCTOR_CRIT_LAG", default_value = "1h"],
+    }
 }

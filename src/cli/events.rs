@@ -1,14 +1,13 @@
 //! `outboxctl events` and its subcommands: any event in any state (list, show, cancel,
 //! reschedule, edit). [`ShowArgs`] is here too: `dead show` takes the same.
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use clap::builder::FalseyValueParser;
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::shared::{
-    help_of, ChangeArgs, DatabaseArgs, FilterArgs, ListLimitArgs, OutputArgs, TargetArgs,
-};
+use super::shared::{help_of, ChangeArgs, DatabaseArgs, ListArgs, OutputArgs, TargetArgs};
 use super::values::{parse_duration, parse_timestamp};
 
 /// Any event, in any state: list, show, cancel, reschedule and edit.
@@ -77,13 +76,7 @@ pub struct EventsListArgs {
     pub state: Vec<StateArg>,
 
     #[command(flatten)]
-    pub filter: FilterArgs,
-
-    #[command(flatten)]
-    pub list: ListLimitArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub list: ListArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -123,6 +116,16 @@ pub enum StateArg {
     "dry_run",
     "Show what would be cancelled or refused; change nothing"
 )))]
+#[command(mut_args(help_of(
+    "state",
+    "With filters: only events in these states (comma-separated or repeated; `pending` means \
+     ready, scheduled and in-flight) [default: ready, scheduled, dead; in-flight too with \
+     --force]. Published events are never cancelled"
+)))]
+#[command(mut_args(help_of(
+    "batch_size",
+    "With filters: rows deleted per statement (each batch is its own short transaction)"
+)))]
 pub struct CancelArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -130,25 +133,8 @@ pub struct CancelArgs {
     #[command(flatten)]
     pub target: TargetArgs,
 
-    /// With filters: only events in these states (comma-separated or repeated; `pending` means
-    /// ready, scheduled and in-flight) [default: ready, scheduled, dead; in-flight too with
-    /// --force]. Published events are never cancelled.
-    #[arg(
-        long,
-        env = "OUTBOXCTL_CANCEL_STATE",
-        value_enum,
-        value_delimiter = ',',
-        value_name = "STATE"
-    )]
-    pub state: Vec<StateArg>,
-
-    /// With filters: at most this many events, the newest first.
-    #[arg(long, env = "OUTBOXCTL_CANCEL_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
-    pub limit: Option<u64>,
-
-    /// With filters: rows deleted per statement (each batch is its own short transaction).
-    #[arg(long, env = "OUTBOXCTL_CANCEL_BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub batch_size: u32,
+    #[command(flatten)]
+    pub by_filter: ByFilterArgs<CancelVars>,
 
     /// Also cancel in-flight (leased) events; see above for what that means.
     #[arg(long, env = "OUTBOXCTL_CANCEL_FORCE", value_parser = FalseyValueParser::new())]
@@ -181,6 +167,15 @@ pub struct CancelArgs {
 )]
 #[command(group(clap::ArgGroup::new("when").required(true).args(["at", "delay"])))]
 #[command(mut_args(help_of("dry_run", "Show what would be moved or refused; change nothing")))]
+#[command(mut_args(help_of(
+    "state",
+    "With filters: only events in these states (ready, scheduled; comma-separated or repeated) \
+     [default: ready and scheduled]"
+)))]
+#[command(mut_args(help_of(
+    "batch_size",
+    "With filters: rows updated per statement (each batch is its own short transaction)"
+)))]
 pub struct RescheduleArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -188,24 +183,8 @@ pub struct RescheduleArgs {
     #[command(flatten)]
     pub target: TargetArgs,
 
-    /// With filters: only events in these states (ready, scheduled; comma-separated or repeated)
-    /// [default: ready and scheduled].
-    #[arg(
-        long,
-        env = "OUTBOXCTL_RESCHEDULE_STATE",
-        value_enum,
-        value_delimiter = ',',
-        value_name = "STATE"
-    )]
-    pub state: Vec<StateArg>,
-
-    /// With filters: at most this many events, the newest first.
-    #[arg(long, env = "OUTBOXCTL_RESCHEDULE_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
-    pub limit: Option<u64>,
-
-    /// With filters: rows updated per statement (each batch is its own short transaction).
-    #[arg(long, env = "OUTBOXCTL_RESCHEDULE_BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub batch_size: u32,
+    #[command(flatten)]
+    pub by_filter: ByFilterArgs<RescheduleVars>,
 
     /// Due at this time (RFC 3339); a past time makes them due now.
     #[arg(long, env = "OUTBOXCTL_RESCHEDULE_AT", value_parser = parse_timestamp, value_name = "TIME")]
@@ -218,6 +197,64 @@ pub struct RescheduleArgs {
     #[command(flatten)]
     pub change: ChangeArgs,
 }
+
+/// What `events cancel` and `events reschedule` take to act by filters, besides the filters: the
+/// states, how many events, and how many a statement. `V` names the variables; each command says
+/// in its own help what its states and its batches are (`help_of`).
+#[derive(Debug, Args)]
+pub struct ByFilterArgs<V: ByFilterVars> {
+    #[arg(long, env = V::STATE, value_enum, value_delimiter = ',', value_name = "STATE")]
+    pub state: Vec<StateArg>,
+
+    /// With filters: at most this many events, the newest first.
+    #[arg(long, env = V::LIMIT, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+
+    #[arg(long, env = V::BATCH_SIZE, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch_size: u32,
+
+    #[arg(skip)]
+    vars: PhantomData<V>,
+}
+
+/// The environment variables of a command's [`ByFilterArgs`].
+pub trait ByFilterVars {
+    const STATE: &'static str;
+    const LIMIT: &'static str;
+    const BATCH_SIZE: &'static str;
+}
+
+/// Declares a marker type naming the variables of a command's [`ByFilterArgs`]: --state's,
+/// --limit's and --batch-size's.
+macro_rules! by_filter_vars {
+    ($(#[$meta:meta])* $name:ident: $state:literal, $limit:literal, $batch_size:literal $(,)?) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone)]
+        pub struct $name;
+
+        impl ByFilterVars for $name {
+            const STATE: &'static str = $state;
+            const LIMIT: &'static str = $limit;
+            const BATCH_SIZE: &'static str = $batch_size;
+        }
+    };
+}
+
+by_filter_vars!(
+    /// `events cancel`'s variables.
+    CancelVars:
+        "OUTBOXCTL_CANCEL_STATE",
+        "OUTBOXCTL_CANCEL_LIMIT",
+        "OUTBOXCTL_CANCEL_BATCH_SIZE",
+);
+
+by_filter_vars!(
+    /// `events reschedule`'s variables.
+    RescheduleVars:
+        "OUTBOXCTL_RESCHEDULE_STATE",
+        "OUTBOXCTL_RESCHEDULE_LIMIT",
+        "OUTBOXCTL_RESCHEDULE_BATCH_SIZE",
+);
 
 /// Change pending or dead events before they are handled: payload, headers, event type.
 ///

@@ -31,10 +31,10 @@ pub use dead::{
     DeadArgs, DeadCommand, DeadDiscardArgs, DeadExportArgs, DeadListArgs, DeadShowArgs,
     ExportFormat,
 };
-pub use doctor::DoctorArgs;
+pub use doctor::{DoctorArgs, DoctorLagArgs, DoctorRelayArgs};
 pub use events::{
-    CancelArgs, EditArgs, EventsArgs, EventsCommand, EventsListArgs, EventsShowArgs,
-    RescheduleArgs, ShowArgs, StateArg,
+    ByFilterArgs, ByFilterVars, CancelArgs, CancelVars, EditArgs, EventsArgs, EventsCommand,
+    EventsListArgs, EventsShowArgs, RescheduleArgs, RescheduleVars, ShowArgs, StateArg,
 };
 pub use grants::{GrantsArgs, GrantsFor};
 pub use migrate::MigrateArgs;
@@ -48,10 +48,13 @@ pub use publish::PublishArgs;
 pub use relay::{RelayArgs, RelayMode, RetryArgs, DEFAULT_LEASE};
 pub use requeue::RequeueArgs;
 pub use shared::{
-    AuditArgs, ChangeArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListLimitArgs,
-    LogArgs, LogFormat, NoConfirm, OutputArgs, PoolerArg, SharedArgs, TargetArgs, TimeArg,
+    AuditArgs, ChangeArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListArgs, LogArgs,
+    LogFormat, NoConfirm, OutputArgs, PoolerArg, SharedArgs, TargetArgs, TimeArg,
 };
-pub use stats::{StatsArgs, StatsBy, StatsCheckArgs, StatsFormat};
+pub use stats::{
+    BacklogCheck, DeadCheck, LagCheck, RetryingCheck, StatsArgs, StatsBy, StatsCheckArgs,
+    StatsFormat,
+};
 pub use values::{
     parse_duration, parse_listen_addr, parse_nonzero_duration, parse_time_or_ago, parse_timestamp,
     parse_uuid, MAX_DURATION,
@@ -270,7 +273,7 @@ mod tests {
         let schema = |args: &[&str]| match try_parse_from(args).unwrap().command {
             Command::Stats(a) => (a.db.schema, a.output.json),
             Command::Events(e) => match e.command {
-                EventsCommand::List(a) => (a.db.schema, a.output.json),
+                EventsCommand::List(a) => (a.db.schema, a.list.output.json),
                 other => panic!("{other:?}"),
             },
             other => panic!("{other:?}"),

@@ -183,12 +183,19 @@ pub struct FilterArgs {
 /// `--since`/`--until` values; defined in a leaf module, so the SQL layer never needs a CLI type.
 pub use crate::when::TimeArg;
 
-/// How many events a list shows (`dead list`, `events list`).
-#[derive(Debug, Args, Clone, Copy)]
-pub struct ListLimitArgs {
+/// What a list of events takes after its own flags (`dead list`, `events list`): the filters, how
+/// many events it shows, and the output format.
+#[derive(Debug, Args, Clone)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
     /// Show at most this many events (a note on stderr says when more match).
     #[arg(long, env = "OUTBOXCTL_LIST_LIMIT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub limit: u64,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Previewing a change. The flag and its variable are the same for every command that changes
@@ -242,3 +249,37 @@ pub struct TargetArgs {
     #[command(flatten)]
     pub filter: FilterArgs,
 }
+
+/// Declares warning/critical threshold pairs as argument groups to flatten. The flags of every
+/// pair declared in one call share their type and the value parser and conditions in brackets,
+/// written once before the type; each flag has its own name, environment variable and help.
+/// `pair()` gives (warning, critical).
+macro_rules! threshold_pair {
+    ($common:tt $ty:ty; $($(#[$meta:meta])* $vis:vis struct $name:ident { $($flags:tt)* })+) => {
+        $(threshold_pair!(@one $common $ty; $(#[$meta])* $vis struct $name { $($flags)* });)+
+    };
+    (@one [$($common:tt)*] $ty:ty; $(#[$meta:meta])* $vis:vis struct $name:ident {
+        $(#[$wdoc:meta])* $warn:ident [$($wattr:tt)*],
+        $(#[$cdoc:meta])* $crit:ident [$($cattr:tt)*] $(,)?
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, clap::Args, Clone, Default)]
+        $vis struct $name {
+            $(#[$wdoc])*
+            #[arg(long, $($wattr)*, $($common)*)]
+            pub $warn: $ty,
+
+            $(#[$cdoc])*
+            #[arg(long, $($cattr)*, $($common)*)]
+            pub $crit: $ty,
+        }
+
+        impl $name {
+            /// The warning and the critical threshold.
+            pub fn pair(&self) -> ($ty, $ty) {
+                (self.$warn, self.$crit)
+            }
+        }
+    };
+}
+pub(super) use threshold_pair;

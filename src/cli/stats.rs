@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::builder::FalseyValueParser;
 use clap::{Args, ValueEnum};
 
-use super::shared::{DatabaseArgs, OutputArgs};
+use super::shared::{threshold_pair, DatabaseArgs, OutputArgs};
 use super::values::parse_duration;
 
 /// Backlog, lag, in-flight, dead letters and throughput.
@@ -68,72 +68,62 @@ pub struct StatsCheckArgs {
     #[arg(long, env = "OUTBOXCTL_STATS_CHECK", value_parser = FalseyValueParser::new())]
     pub check: bool,
 
-    /// WARNING when the lag is longer than this, e.g. 1m. The lag is how late the most overdue
-    /// pending event is: a ready event counts from when it fell due (available_at); one waiting
-    /// for a retry, or being retried, from when it first fell due (taken as its created_at: for
-    /// an event published with a delay that has since failed, the delay counts too); one
-    /// scheduled for later and never tried does not count.
-    #[arg(long, env = "OUTBOXCTL_WARN_LAG", value_parser = parse_duration, value_name = "DURATION", requires = "check")]
-    pub warn_lag: Option<Duration>,
+    #[command(flatten)]
+    pub lag: LagCheck,
 
-    /// CRITICAL when the lag (see --warn-lag) is longer than this, e.g. 5m.
-    #[arg(long, env = "OUTBOXCTL_CRIT_LAG", value_parser = parse_duration, value_name = "DURATION", requires = "check")]
-    pub crit_lag: Option<Duration>,
+    #[command(flatten)]
+    pub dead: DeadCheck,
 
-    /// WARNING when more than N events are dead-lettered (0: any dead letter).
-    #[arg(
-        long,
-        env = "OUTBOXCTL_WARN_DEAD",
-        value_name = "N",
-        requires = "check"
-    )]
-    pub warn_dead: Option<u64>,
+    #[command(flatten)]
+    pub backlog: BacklogCheck,
 
-    /// CRITICAL when more than N events are dead-lettered.
-    #[arg(
-        long,
-        env = "OUTBOXCTL_CRIT_DEAD",
-        value_name = "N",
-        requires = "check"
-    )]
-    pub crit_dead: Option<u64>,
+    #[command(flatten)]
+    pub retrying: RetryingCheck,
+}
 
-    /// WARNING when more than N events are due and unpublished (ready + in flight; scheduled
-    /// events are not backlog until due).
-    #[arg(
-        long,
-        env = "OUTBOXCTL_WARN_BACKLOG",
-        value_name = "N",
-        requires = "check"
-    )]
-    pub warn_backlog: Option<u64>,
+threshold_pair! {
+    [value_parser = parse_duration, value_name = "DURATION", requires = "check"] Option<Duration>;
 
-    /// CRITICAL when more than N events are due and unpublished (ready + in flight).
-    #[arg(
-        long,
-        env = "OUTBOXCTL_CRIT_BACKLOG",
-        value_name = "N",
-        requires = "check"
-    )]
-    pub crit_backlog: Option<u64>,
+    /// `stats --check`'s thresholds of the lag.
+    pub struct LagCheck {
+        /// WARNING when the lag is longer than this, e.g. 1m. The lag is how late the most overdue
+        /// pending event is: a ready event counts from when it fell due (available_at); one waiting
+        /// for a retry, or being retried, from when it first fell due (taken as its created_at: for
+        /// an event published with a delay that has since failed, the delay counts too); one
+        /// scheduled for later and never tried does not count.
+        warn_lag [env = "OUTBOXCTL_WARN_LAG"],
+        /// CRITICAL when the lag (see --warn-lag) is longer than this, e.g. 5m.
+        crit_lag [env = "OUTBOXCTL_CRIT_LAG"],
+    }
+}
 
-    /// WARNING when more than N pending events have failed at least once (retrying).
-    #[arg(
-        long,
-        env = "OUTBOXCTL_WARN_RETRYING",
-        value_name = "N",
-        requires = "check"
-    )]
-    pub warn_retrying: Option<u64>,
+threshold_pair! {
+    [value_name = "N", requires = "check"] Option<u64>;
 
-    /// CRITICAL when more than N pending events have failed at least once (retrying).
-    #[arg(
-        long,
-        env = "OUTBOXCTL_CRIT_RETRYING",
-        value_name = "N",
-        requires = "check"
-    )]
-    pub crit_retrying: Option<u64>,
+    /// `stats --check`'s thresholds of the dead letters.
+    pub struct DeadCheck {
+        /// WARNING when more than N events are dead-lettered (0: any dead letter).
+        warn_dead [env = "OUTBOXCTL_WARN_DEAD"],
+        /// CRITICAL when more than N events are dead-lettered.
+        crit_dead [env = "OUTBOXCTL_CRIT_DEAD"],
+    }
+
+    /// `stats --check`'s thresholds of the backlog.
+    pub struct BacklogCheck {
+        /// WARNING when more than N events are due and unpublished (ready + in flight; scheduled
+        /// events are not backlog until due).
+        warn_backlog [env = "OUTBOXCTL_WARN_BACKLOG"],
+        /// CRITICAL when more than N events are due and unpublished (ready + in flight).
+        crit_backlog [env = "OUTBOXCTL_CRIT_BACKLOG"],
+    }
+
+    /// `stats --check`'s thresholds of the events retrying.
+    pub struct RetryingCheck {
+        /// WARNING when more than N pending events have failed at least once (retrying).
+        warn_retrying [env = "OUTBOXCTL_WARN_RETRYING"],
+        /// CRITICAL when more than N pending events have failed at least once (retrying).
+        crit_retrying [env = "OUTBOXCTL_CRIT_RETRYING"],
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -572,7 +572,15 @@ async fn prune(conn: &mut sqlx::PgConnection, rows: u64) -> anyhow::Result<Prune
     };
     loop {
         let t = Instant::now();
-        let b = db::prune::delete_published(&mut *conn, cutoff, from, 5000, &mut audit).await?;
+        let b = db::prune::delete(
+            &mut *conn,
+            &db::prune::PUBLISHED,
+            cutoff,
+            from,
+            5000,
+            &mut audit,
+        )
+        .await?;
         longest = longest.max(t.elapsed());
         if b.deleted == 0 {
             break;

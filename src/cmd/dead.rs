@@ -10,7 +10,7 @@ use crate::cli::{
 };
 use crate::config::{self, DbConfig};
 use crate::db::audit::Audit;
-use crate::db::{self, events::EventRow, events::EventState, events::Scope};
+use crate::db::{self, events::EventRow, events::Scope};
 use crate::exit::{CodedError, OK};
 use crate::ops::select::{check_filter, select_dead};
 use crate::ops::{batch, view};
@@ -28,36 +28,15 @@ pub async fn run(args: DeadArgs) -> anyhow::Result<u8> {
 
 async fn list(args: DeadListArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let filter = EventFilter::from_args(&args.filter)?;
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    let mut conn = pool.acquire().await?;
-    check_filter(&mut conn, &filter).await?;
-    let blocking = db::ordering::blocking_heads(&mut conn).await?;
-    view::print_list(
-        &mut conn,
-        Scope::Dead,
-        &filter,
-        args.list.limit,
-        args.output.json,
-        "no dead-lettered events match",
-        view::DEAD_TABLE,
-        &blocking,
-    )
-    .await?;
+    let filter = EventFilter::from_args(&args.list.filter)?;
+    let (limit, json) = (args.list.limit, args.list.output.json);
+    view::list(&cfg, &filter, Scope::Dead, limit, json, view::DEAD_TABLE).await?;
     Ok(OK)
 }
 
 async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let (mut conn, event) = view::open(&cfg, args.id).await?;
-    if event.state != EventState::Dead {
-        return Err(CodedError::usage(format!(
-            "event {} is {}, not dead-lettered; see it with `outboxctl events show {}`",
-            event.id, event.state, event.id
-        ))
-        .into());
-    }
-    view::show(&mut conn, &event, args.output.json).await?;
+    view::show_one(&cfg, args.id, args.output.json, true).await?;
     Ok(OK)
 }
 

@@ -22,6 +22,7 @@ use uuid::Uuid;
 use crate::cli::PruneArgs;
 use crate::config::{self, DbConfig};
 use crate::db;
+use crate::db::prune::{Resume, Table, AUDIT, DEAD, PROCESSED, PUBLISHED};
 use crate::exit::{CodedError, OK};
 use crate::output;
 
@@ -433,17 +434,23 @@ fn should_stop(
     }
 }
 
-/// One batch of a table walked from `from`: `delete`, given where to start, through the pin; then
-/// `from` moves on to where the next batch starts (it stays when nothing was deleted). Returns the
-/// rows deleted.
-async fn walk<K: Clone>(
+/// One batch of `table` walked from `from`, through the pin; then `from` moves on to where the
+/// next batch starts (it stays when nothing was deleted). Returns the rows deleted.
+async fn walk<K: Resume + Clone>(
     pin: &db::Pin,
     conn: &mut PgConnection,
     from: &mut Option<K>,
-    delete: impl AsyncFnOnce(&mut PgConnection, Option<K>) -> sqlx::Result<db::prune::Batch<K>>,
+    table: &Table<K>,
+    cutoff: DateTime<Utc>,
+    n: u32,
+    audit: &mut db::prune::PruneAudit,
 ) -> anyhow::Result<u64> {
     let start = from.clone();
-    let b = pin.run(conn, async |c| delete(c, start).await).await?;
+    let b = pin
+        .run(conn, async |c| {
+            db::prune::delete(c, table, cutoff, start, n, audit).await
+        })
+        .await?;
     *from = b.next.or(from.take());
     Ok(b.deleted)
 }
@@ -505,32 +512,17 @@ async fn prune_locked(
                 );
             }
             let t0 = Instant::now();
+            let (c, cutoff) = (&mut *conn, *cutoff);
             let deleted = match target {
                 Target::Published => {
-                    walk(pin, conn, &mut from_time, async |c, from| {
-                        db::prune::delete_published(c, *cutoff, from, n, audit).await
-                    })
-                    .await?
+                    walk(pin, c, &mut from_time, &PUBLISHED, cutoff, n, audit).await
                 }
-                Target::Dead => {
-                    walk(pin, conn, &mut from_time, async |c, from| {
-                        db::prune::delete_dead(c, *cutoff, from, n, audit).await
-                    })
-                    .await?
-                }
+                Target::Dead => walk(pin, c, &mut from_time, &DEAD, cutoff, n, audit).await,
                 Target::Processed => {
-                    walk(pin, conn, &mut from_tid, async |c, from| {
-                        db::prune::delete_processed(c, *cutoff, from, n, audit).await
-                    })
-                    .await?
+                    walk(pin, c, &mut from_tid, &PROCESSED, cutoff, n, audit).await
                 }
-                Target::Audit => {
-                    walk(pin, conn, &mut from_id, async |c, from| {
-                        db::prune::delete_audit(c, *cutoff, from, n, audit).await
-                    })
-                    .await?
-                }
-            };
+                Target::Audit => walk(pin, c, &mut from_id, &AUDIT, cutoff, n, audit).await,
+            }?;
             let took = t0.elapsed();
             longest = longest.max(took);
             report.batches += 1;

@@ -251,6 +251,16 @@ pub struct Threshold {
     pub crit: Option<f64>,
 }
 
+impl Threshold {
+    /// A pair of flags, in the value's unit.
+    fn of<T>((warn, crit): (Option<T>, Option<T>), unit: impl Fn(T) -> f64) -> Self {
+        Self {
+            warn: warn.map(&unit),
+            crit: crit.map(&unit),
+        }
+    }
+}
+
 /// The validated thresholds of `stats --check`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Thresholds {
@@ -263,25 +273,11 @@ pub struct Thresholds {
 impl Thresholds {
     /// At least one threshold, and no warning above its critical threshold.
     pub fn from_args(a: &StatsCheckArgs) -> Result<Self, CodedError> {
-        let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
-        let n = |v: Option<u64>| v.map(|v| v as f64);
         let t = Self {
-            lag: Threshold {
-                warn: secs(a.warn_lag),
-                crit: secs(a.crit_lag),
-            },
-            dead: Threshold {
-                warn: n(a.warn_dead),
-                crit: n(a.crit_dead),
-            },
-            backlog: Threshold {
-                warn: n(a.warn_backlog),
-                crit: n(a.crit_backlog),
-            },
-            retrying: Threshold {
-                warn: n(a.warn_retrying),
-                crit: n(a.crit_retrying),
-            },
+            lag: Threshold::of(a.lag.pair(), |d| d.as_secs_f64()),
+            dead: Threshold::of(a.dead.pair(), |v| v as f64),
+            backlog: Threshold::of(a.backlog.pair(), |v| v as f64),
+            retrying: Threshold::of(a.retrying.pair(), |v| v as f64),
         };
         let all = [
             ("lag", t.lag),
@@ -601,7 +597,7 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::StatsCheckArgs;
+    use crate::cli::{DeadCheck, LagCheck, StatsCheckArgs};
 
     fn figures() -> Figures {
         Figures {
@@ -619,10 +615,14 @@ mod tests {
     fn the_worst_threshold_decides_and_is_named_first() {
         let t = Thresholds::from_args(&StatsCheckArgs {
             check: true,
-            warn_lag: Some(Duration::from_secs(60)),
-            crit_lag: Some(Duration::from_secs(300)),
-            warn_dead: Some(1),
-            crit_dead: Some(100),
+            lag: LagCheck {
+                warn_lag: Some(Duration::from_secs(60)),
+                crit_lag: Some(Duration::from_secs(300)),
+            },
+            dead: DeadCheck {
+                warn_dead: Some(1),
+                crit_dead: Some(100),
+            },
             ..Default::default()
         })
         .unwrap();
@@ -665,8 +665,10 @@ mod tests {
         assert!(Thresholds::from_args(&none).is_err());
         let inverted = StatsCheckArgs {
             check: true,
-            warn_lag: Some(Duration::from_secs(600)),
-            crit_lag: Some(Duration::from_secs(60)),
+            lag: LagCheck {
+                warn_lag: Some(Duration::from_secs(600)),
+                crit_lag: Some(Duration::from_secs(60)),
+            },
             ..Default::default()
         };
         let e = Thresholds::from_args(&inverted).unwrap_err();

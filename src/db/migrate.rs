@@ -391,40 +391,25 @@ pub async fn adoptable(conn: &mut PgConnection, schema: &Schema) -> anyhow::Resu
 }
 
 async fn inspect(conn: &mut PgConnection, schema: &Schema) -> anyhow::Result<Existing> {
-    let tables = catalog_tables(conn, schema).await?;
+    let tables: Vec<(String, String)> = catalog(conn, schema, CATALOG_TABLES).await?;
     if tables.is_empty() {
         return Ok(Existing::None);
     }
-    let columns = catalog_columns(conn, schema).await?;
-    let indexes = catalog_indexes(conn, schema).await?;
+    let columns = catalog(conn, schema, CATALOG_COLUMNS).await?;
+    let indexes = catalog(conn, schema, CATALOG_INDEXES).await?;
     Ok(compare(&tables, &columns, &indexes))
 }
 
 /// Migration 1's relations that exist in `schema`, with their relkind. By schema name, not
 /// `to_regclass`, so a same-named temporary table cannot stand in.
-async fn catalog_tables(
-    conn: &mut PgConnection,
-    schema: &Schema,
-) -> sqlx::Result<Vec<(String, String)>> {
-    sqlx::query_as(
-        "SELECT c.relname::text, c.relkind::text
+const CATALOG_TABLES: &str = "SELECT c.relname::text, c.relkind::text
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-          WHERE n.nspname = $1 AND c.relname IN ('outbox', 'processed_messages')",
-    )
-    .bind(schema.name())
-    .fetch_all(conn)
-    .await
-}
+          WHERE n.nspname = $1 AND c.relname IN ('outbox', 'processed_messages')";
 
 /// The columns of migration 1's tables as the catalog prints them: `format_type` for the type
 /// (`jsonb`, `timestamp with time zone`) and `pg_get_expr` for the default, which is how the
 /// specs above are written, so the comparison is of text.
-async fn catalog_columns(
-    conn: &mut PgConnection,
-    schema: &Schema,
-) -> sqlx::Result<Vec<CatalogColumn>> {
-    sqlx::query_as(
-        "SELECT c.relname::text AS table_name, a.attname::text AS name,
+const CATALOG_COLUMNS: &str = "SELECT c.relname::text AS table_name, a.attname::text AS name,
                 format_type(a.atttypid, a.atttypmod) AS ty, a.attnotnull AS not_null,
                 pg_get_expr(d.adbin, d.adrelid) AS default,
                 a.attidentity::text AS identity, a.attgenerated::text AS generated
@@ -434,21 +419,11 @@ async fn catalog_columns(
            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
           WHERE n.nspname = $1 AND c.relname IN ('outbox', 'processed_messages')
             AND a.attnum > 0 AND NOT a.attisdropped
-          ORDER BY c.relname, a.attnum",
-    )
-    .bind(schema.name())
-    .fetch_all(conn)
-    .await
-}
+          ORDER BY c.relname, a.attnum";
 
 /// The indexes of migration 1's tables (constraints are backed by one each): the part of
 /// `pg_get_indexdef` after `USING `, which leaves out the names of index, schema and table.
-async fn catalog_indexes(
-    conn: &mut PgConnection,
-    schema: &Schema,
-) -> sqlx::Result<Vec<CatalogIndex>> {
-    sqlx::query_as(
-        "SELECT t.relname::text AS table_name, i.relname::text AS name,
+const CATALOG_INDEXES: &str = "SELECT t.relname::text AS table_name, i.relname::text AS name,
                 substr(pg_get_indexdef(x.indexrelid),
                        strpos(pg_get_indexdef(x.indexrelid), ' USING ') + 7) AS def,
                 x.indisunique AS is_unique, x.indisprimary AS is_primary,
@@ -457,11 +432,22 @@ async fn catalog_indexes(
            JOIN pg_class i ON i.oid = x.indexrelid
            JOIN pg_class t ON t.oid = x.indrelid
            JOIN pg_namespace n ON n.oid = t.relnamespace
-          WHERE n.nspname = $1 AND t.relname IN ('outbox', 'processed_messages')",
-    )
-    .bind(schema.name())
-    .fetch_all(conn)
-    .await
+          WHERE n.nspname = $1 AND t.relname IN ('outbox', 'processed_messages')";
+
+/// Runs `sql` (one of the `CATALOG_*` queries) about `schema` (its name is `$1`), for all its
+/// rows.
+async fn catalog<T>(
+    conn: &mut PgConnection,
+    schema: &Schema,
+    sql: &'static str,
+) -> sqlx::Result<Vec<T>>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql)
+        .bind(schema.name())
+        .fetch_all(conn)
+        .await
 }
 
 /// The differences between the catalog entries and migration 1, one line each.

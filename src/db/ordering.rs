@@ -462,14 +462,13 @@ const CHUNK_FIRST: i64 = 64;
 /// which [`load`] sorts; the nested loop keeps it), so unordered types' pending rows between them
 /// are never read.
 fn chunk_source(all: bool, chunk: &str) -> String {
-    let scan = |type_cond: &str| {
+    let scan = |type_cond: &str, after: &str| {
         format!(
             "SELECT o.aggregate_type, o.tenant_id, o.aggregate_id, o.id, o.ctid, o.available_at,
                     o.locked_until
                FROM outbox o
               WHERE o.published_at IS NULL AND o.dead_lettered_at IS NULL{type_cond}
-                AND (o.aggregate_type, o.tenant_id, o.aggregate_id)
-                    > (h.aggregate_type, h.tenant_id, h.aggregate_id)
+                AND {after}
                 AND o.id > $11
                 AND ($3 OR o.aggregate_type = ANY($4))
               ORDER BY o.aggregate_type, o.tenant_id, o.aggregate_id, o.id
@@ -477,13 +476,32 @@ fn chunk_source(all: bool, chunk: &str) -> String {
         )
     };
     if all {
-        scan("")
+        scan(
+            "",
+            "(o.aggregate_type, o.tenant_id, o.aggregate_id)
+                    > (h.aggregate_type, h.tenant_id, h.aggregate_id)",
+        )
     } else {
+        // Per type `ty.t`: from just after `h`'s key when `h` is of that type, else from the
+        // type's first key; up to the type's last (`<=`). Not `o.aggregate_type = ty.t`: with an
+        // equality on the first column the scan starts at the type's first entry and skips to
+        // `h`'s key entry by entry, so each chunk read every entry before it (under a held
+        // snapshot the dead ones too: 1,215 buffers and 9 ms before its first row, against 267
+        // and 0.07 ms; the drain slowed round after round).
         format!(
             "SELECT s.* FROM unnest($4::text[]) ty(t) CROSS JOIN LATERAL ({}) s
               WHERE ty.t >= h.aggregate_type
               LIMIT {chunk}",
-            scan("\n                AND o.aggregate_type = ty.t")
+            scan(
+                "\n                AND o.aggregate_type <= ty.t",
+                "(o.aggregate_type, o.tenant_id, o.aggregate_id, o.id)
+                    > (ty.t,
+                       CASE WHEN ty.t = h.aggregate_type THEN h.tenant_id
+                            ELSE '00000000-0000-0000-0000-000000000000'::uuid END,
+                       CASE WHEN ty.t = h.aggregate_type THEN h.aggregate_id ELSE '' END,
+                       CASE WHEN ty.t = h.aggregate_type THEN '9223372036854775807'::bigint
+                            ELSE '-9223372036854775808'::bigint END)",
+            )
         )
     }
 }

@@ -14,6 +14,8 @@
 //! statistics from before a drain (no row published), walk `outbox_published_at_idx` over the
 //! whole range filtering `ctid = ANY(...)` at every batch: rows x batch (issue 22 item 10).
 
+use std::marker::PhantomData;
+
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres};
 use uuid::Uuid;
@@ -36,22 +38,29 @@ pub async fn cutoff(conn: &mut PgConnection, micros: i64) -> sqlx::Result<DateTi
 
 /// Published events published before `cutoff`.
 pub async fn count_published(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at < $1")
-        .bind(cutoff)
-        .fetch_one(conn)
-        .await
+    count(
+        conn,
+        "SELECT count(*) FROM outbox WHERE published_at < $1",
+        cutoff,
+    )
+    .await
+}
+
+/// Runs `sql`, a count of the rows before the cutoff `$1`.
+async fn count(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    cutoff: DateTime<Utc>,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(sql).bind(cutoff).fetch_one(conn).await
 }
 
 /// Dead letters dead-lettered before `cutoff` that prune may delete: not those that block their
 /// ordered key (see [`count_blocking_dead`]).
 pub async fn count_dead(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM outbox
-          WHERE dead_lettered_at < $1 AND published_at IS NULL AND blocks_key IS NOT TRUE",
-    )
-    .bind(cutoff)
-    .fetch_one(conn)
-    .await
+    let sql = "SELECT count(*) FROM outbox
+                WHERE dead_lettered_at < $1 AND published_at IS NULL AND blocks_key IS NOT TRUE";
+    count(conn, sql, cutoff).await
 }
 
 /// Dead letters dead-lettered before `cutoff` that block their ordered key: prune keeps them
@@ -61,30 +70,24 @@ pub async fn count_blocking_dead(
     conn: &mut PgConnection,
     cutoff: DateTime<Utc>,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM outbox
-          WHERE blocks_key AND dead_lettered_at IS NOT NULL AND dead_lettered_at < $1
-            AND published_at IS NULL",
-    )
-    .bind(cutoff)
-    .fetch_one(conn)
-    .await
+    let sql = "SELECT count(*) FROM outbox
+                WHERE blocks_key AND dead_lettered_at IS NOT NULL AND dead_lettered_at < $1
+                  AND published_at IS NULL";
+    count(conn, sql, cutoff).await
 }
 
 /// processed_messages rows processed before `cutoff`.
 pub async fn count_processed(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM processed_messages WHERE processed_at < $1")
-        .bind(cutoff)
-        .fetch_one(conn)
-        .await
+    let sql = "SELECT count(*) FROM processed_messages WHERE processed_at < $1";
+    count(conn, sql, cutoff).await
 }
 
 /// Every batch statement, by name (for EXPLAIN in tests): each deletes by `ctid = ANY(ARRAY(..))`.
 pub const BATCH_STATEMENTS: [(&str, &str); 4] = [
-    ("published", DELETE_PUBLISHED),
-    ("dead", DELETE_DEAD),
-    ("processed_messages", DELETE_PROCESSED),
-    ("audit", DELETE_AUDIT),
+    (PUBLISHED.name, PUBLISHED.sql),
+    (DEAD.name, DEAD.sql),
+    (PROCESSED.name, PROCESSED.sql),
+    (AUDIT.name, AUDIT.sql),
 ];
 
 /// A prune run's audit row. It is created by the first batch that deletes anything (a run that
@@ -128,33 +131,63 @@ fn audit_path(table: &str) -> Vec<String> {
     vec![table.to_owned(), "deleted".to_owned()]
 }
 
-/// Runs one batch statement (its `$1` cutoff, `$2` where to start, `$3` batch size, then
-/// [`prune_audit_tail`]'s parameters) and counts what it deleted under `table` in the run's audit
-/// row.
-async fn batch<K>(
-    conn: &mut PgConnection,
-    sql: &'static str,
-    table: &str,
-    cutoff: DateTime<Utc>,
-    from: Option<K>,
-    n: u32,
-    audit: &mut PruneAudit,
-) -> sqlx::Result<Batch<K>>
-where
+/// A table's batch statement (its `$1` cutoff, `$2` where to start, `$3` batch size, then
+/// [`prune_audit_tail`]'s parameters) and the name its deletions count under in the run's audit
+/// row; `K` is where a batch resumes.
+pub struct Table<K> {
+    pub sql: &'static str,
+    pub name: &'static str,
+    resume: PhantomData<fn() -> K>,
+}
+
+/// Where a batch resumes: a value bound as `$2` and read back as `next`.
+pub trait Resume:
+    for<'q> sqlx::Encode<'q, Postgres>
+    + for<'r> sqlx::Decode<'r, Postgres>
+    + sqlx::Type<Postgres>
+    + Send
+    + Unpin
+{
+}
+
+impl<K> Resume for K where
     K: for<'q> sqlx::Encode<'q, Postgres>
         + for<'r> sqlx::Decode<'r, Postgres>
         + sqlx::Type<Postgres>
         + Send
-        + Unpin,
+        + Unpin
 {
-    let (deleted, next, id): (i64, Option<K>, Option<i64>) = sqlx::query_as(sql)
+}
+
+impl<K> Table<K> {
+    const fn new(name: &'static str, sql: &'static str) -> Self {
+        Self {
+            sql,
+            name,
+            resume: PhantomData,
+        }
+    }
+}
+
+/// Runs one batch of `table` (see each table's statement: [`PUBLISHED`], [`DEAD`],
+/// [`PROCESSED`], [`AUDIT`]) from `from` (the previous batch's `next`): deletes up to `n` rows
+/// older than `cutoff` and counts them into the run's audit row.
+pub async fn delete<K: Resume>(
+    conn: &mut PgConnection,
+    table: &Table<K>,
+    cutoff: DateTime<Utc>,
+    from: Option<K>,
+    n: u32,
+    audit: &mut PruneAudit,
+) -> sqlx::Result<Batch<K>> {
+    let (deleted, next, id): (i64, Option<K>, Option<i64>) = sqlx::query_as(table.sql)
         .bind(cutoff)
         .bind(from)
         .bind(i64::from(n))
         .bind(audit.id)
         .bind(&audit.actor)
         .bind(&audit.details)
-        .bind(audit_path(table))
+        .bind(audit_path(table.name))
         .fetch_one(conn)
         .await?;
     audit.id = id;
@@ -164,66 +197,47 @@ where
     })
 }
 
-/// [`delete_published`]'s statement.
-pub const DELETE_PUBLISHED: &str = concat!(
-    "WITH d AS (
+/// A batch statement over `outbox` by the time column `$col`: the oldest rows first (a range of
+/// the column's index, from where the last batch stopped) that are before the cutoff and meet
+/// `$also`, which the DELETE re-checks.
+#[rustfmt::skip]
+macro_rules! delete_outbox_before {
+    ($col:literal, $also:literal) => {
+        concat!(
+            "WITH d AS (
          DELETE FROM outbox
           WHERE ctid = ANY(ARRAY(
                     SELECT ctid FROM outbox
-                     WHERE published_at < $1
-                       AND published_at >= coalesce($2, '-infinity'::timestamptz)
-                     ORDER BY published_at
+                     WHERE ", $col, " < $1
+                       AND ", $col, " >= coalesce($2, '-infinity'::timestamptz)", $also, "
+                     ORDER BY ", $col, "
                      LIMIT $3))
-            AND (published_at < $1) IS TRUE
-         RETURNING published_at
-     ), n AS (SELECT count(*) AS n, max(published_at) AS next FROM d)",
-    prune_audit_tail!()
-);
-
-/// Deletes up to `n` events published before `cutoff`, oldest first, starting at `from` (the
-/// previous batch's `next`), and counts them into the run's audit row. Reads a range of
-/// `outbox_published_at_idx`.
-pub async fn delete_published(
-    conn: &mut PgConnection,
-    cutoff: DateTime<Utc>,
-    from: Option<DateTime<Utc>>,
-    n: u32,
-    audit: &mut PruneAudit,
-) -> sqlx::Result<Batch<DateTime<Utc>>> {
-    batch(conn, DELETE_PUBLISHED, "published", cutoff, from, n, audit).await
+            AND (", $col, " < $1", $also, ") IS TRUE
+         RETURNING ", $col, "
+     ), n AS (SELECT count(*) AS n, max(", $col, ") AS next FROM d)",
+            prune_audit_tail!()
+        )
+    };
 }
 
-/// [`delete_dead`]'s statement.
-pub const DELETE_DEAD: &str = concat!(
-    "WITH d AS (
-         DELETE FROM outbox
-          WHERE ctid = ANY(ARRAY(
-                    SELECT ctid FROM outbox
-                     WHERE dead_lettered_at < $1
-                       AND dead_lettered_at >= coalesce($2, '-infinity'::timestamptz)
-                       AND published_at IS NULL AND blocks_key IS NOT TRUE
-                     ORDER BY dead_lettered_at
-                     LIMIT $3))
-            AND (dead_lettered_at < $1 AND published_at IS NULL AND blocks_key IS NOT TRUE) IS TRUE
-         RETURNING dead_lettered_at
-     ), n AS (SELECT count(*) AS n, max(dead_lettered_at) AS next FROM d)",
-    prune_audit_tail!()
+/// [`PUBLISHED`]'s statement.
+pub const DELETE_PUBLISHED: &str = delete_outbox_before!("published_at", "");
+
+/// Events published before the cutoff, oldest first. Reads a range of `outbox_published_at_idx`.
+pub const PUBLISHED: Table<DateTime<Utc>> = Table::new("published", DELETE_PUBLISHED);
+
+/// [`DEAD`]'s statement.
+pub const DELETE_DEAD: &str = delete_outbox_before!(
+    "dead_lettered_at",
+    " AND published_at IS NULL AND blocks_key IS NOT TRUE"
 );
 
-/// Deletes up to `n` dead letters dead-lettered before `cutoff`, oldest first, starting at `from`,
-/// and counts them into the run's audit row. Reads a range of `outbox_dead_idx`. A row requeued
-/// meanwhile is no longer dead and stays.
-pub async fn delete_dead(
-    conn: &mut PgConnection,
-    cutoff: DateTime<Utc>,
-    from: Option<DateTime<Utc>>,
-    n: u32,
-    audit: &mut PruneAudit,
-) -> sqlx::Result<Batch<DateTime<Utc>>> {
-    batch(conn, DELETE_DEAD, "dead", cutoff, from, n, audit).await
-}
+/// Dead letters dead-lettered before the cutoff, oldest first, but not those blocking their
+/// ordered key. Reads a range of `outbox_dead_idx`. A row requeued meanwhile is no longer dead
+/// and stays.
+pub const DEAD: Table<DateTime<Utc>> = Table::new("dead", DELETE_DEAD);
 
-/// [`delete_processed`]'s statement.
+/// [`PROCESSED`]'s statement.
 pub const DELETE_PROCESSED: &str = concat!(
     "WITH d AS (
          DELETE FROM processed_messages
@@ -238,38 +252,22 @@ pub const DELETE_PROCESSED: &str = concat!(
     prune_audit_tail!()
 );
 
-/// Deletes up to `n` processed_messages rows processed before `cutoff`, walking the heap in ctid
-/// order from `from` (a TID range scan: the table has no index on processed_at, and this never
-/// rereads the pages already pruned), and counts them into the run's audit row. A row skipped
-/// here is only left for the next run.
-pub async fn delete_processed(
-    conn: &mut PgConnection,
-    cutoff: DateTime<Utc>,
-    from: Option<String>,
-    n: u32,
-    audit: &mut PruneAudit,
-) -> sqlx::Result<Batch<String>> {
-    batch(
+/// processed_messages rows processed before the cutoff, walking the heap in ctid order from where
+/// the last batch stopped (a TID range scan: the table has no index on processed_at, and this
+/// never rereads the pages already pruned). A row skipped here is only left for the next run.
+pub const PROCESSED: Table<String> = Table::new("processed_messages", DELETE_PROCESSED);
+
+/// Audit trail rows written before `cutoff`.
+pub async fn count_audit(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
+    count(
         conn,
-        DELETE_PROCESSED,
-        "processed_messages",
+        "SELECT count(*) FROM outbox_audit WHERE at < $1",
         cutoff,
-        from,
-        n,
-        audit,
     )
     .await
 }
 
-/// Audit trail rows written before `cutoff`.
-pub async fn count_audit(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM outbox_audit WHERE at < $1")
-        .bind(cutoff)
-        .fetch_one(conn)
-        .await
-}
-
-/// [`delete_audit`]'s statement.
+/// [`AUDIT`]'s statement.
 pub const DELETE_AUDIT: &str = concat!(
     "WITH w AS (
          SELECT ctid, id, at FROM outbox_audit
@@ -285,21 +283,13 @@ pub const DELETE_AUDIT: &str = concat!(
     prune_audit_tail!()
 );
 
-/// Deletes the audit trail rows written before `cutoff` among the next `n` rows by id after
-/// `from` (a bounded primary-key range: the table has no index on `at`, and ids follow `at` to
-/// within one transaction's length), and counts them into the run's audit row. `next` is the
-/// last id looked at, so a batch that deletes fewer than `n` met a row newer than the cutoff (or
-/// the end): the table is done, and a row older than a newer one before it is left for the next
-/// run. The run's own row is newer than any cutoff (the retention is never zero).
-pub async fn delete_audit(
-    conn: &mut PgConnection,
-    cutoff: DateTime<Utc>,
-    from: Option<i64>,
-    n: u32,
-    audit: &mut PruneAudit,
-) -> sqlx::Result<Batch<i64>> {
-    batch(conn, DELETE_AUDIT, "audit", cutoff, from, n, audit).await
-}
+/// The audit trail rows written before the cutoff among the next `n` rows by id after where the
+/// last batch stopped (a bounded primary-key range: the table has no index on `at`, and ids follow
+/// `at` to within one transaction's length). `next` is the last id looked at, so a batch that
+/// deletes fewer than `n` met a row newer than the cutoff (or the end): the table is done, and a
+/// row older than a newer one before it is left for the next run. The run's own row is newer
+/// than any cutoff (the retention is never zero).
+pub const AUDIT: Table<i64> = Table::new("audit", DELETE_AUDIT);
 
 /// Who holds a lease.
 #[derive(Debug, Clone, sqlx::FromRow)]

@@ -139,6 +139,10 @@ pub struct Claim {
     /// A [`Sizing::Share`] claim left rows larger than the share among those it took: rows
     /// before [`Claim::last`] are still ready, so the next claim must not start after it.
     pub passed_over: bool,
+    /// A [`Sizing::Share`] claim that took nothing and left no larger rows: its `now()`. It
+    /// found nothing it could claim up to there from where it started (but rows other
+    /// transactions held locked, and rows of transactions not yet committed).
+    pub scanned_to: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -154,6 +158,10 @@ struct ClaimedWithBudget {
 impl Claim {
     fn from_rows(rows: Vec<ClaimedWithBudget>, sizing: Sizing) -> Self {
         let budget_reached = rows.first().is_some_and(|r| r.budget_reached);
+        let scanned_to = rows
+            .iter()
+            .find(|r| r.trailer && !r.budget_reached)
+            .map(|r| r.position_at);
         let rows: Vec<_> = rows.into_iter().filter(|r| !r.trailer).collect();
         let positions = rows.iter().map(|r| Position {
             available_at: r.position_at,
@@ -167,6 +175,7 @@ impl Claim {
             first,
             last,
             passed_over: sizing == Sizing::Share && budget_reached,
+            scanned_to,
         }
     }
 
@@ -231,10 +240,12 @@ fn claim_sql(set: &str, limit: BatchLimit, filter: &str, after: (u8, u8)) -> Str
             within_budget(limit, filter, after)
         ),
         // When it takes nothing, one trailer row (`trailer`, placeholders in the event's
-        // columns) says whether rows larger than the share were left: without it an empty
-        // result could not tell that from nothing ready, and a running claim followed every
-        // empty one to find out, walking the same index entries again (twice the walk of a
-        // claim from the start while a snapshot keeps dead rows: 0.22 s each over 1M).
+        // columns) says whether rows larger than the share were left (`budget_reached`):
+        // without it an empty result could not tell that from nothing ready, and a running
+        // claim followed every empty one to find out, walking the same index entries again
+        // (twice the walk of a claim from the start while a snapshot keeps dead rows: 0.22 s
+        // each over 1M). Its `position_at` is the statement's `now()`, up to which it found
+        // nothing to claim ([`Claim::scanned_to`]).
         Sizing::Share => format!(
             "WITH t AS ({}),
              u AS (UPDATE outbox o
@@ -246,9 +257,9 @@ fn claim_sql(set: &str, limit: BatchLimit, filter: &str, after: (u8, u8)) -> Str
                FROM u
              UNION ALL
              SELECT 0, '00000000-0000-0000-0000-000000000000'::uuid, '', '', '', '{{}}', '{{}}', '',
-                    now(), 0, now(), true, true
+                    now(), 0, now(), '(0,0)'::tid = ANY(a), true
                FROM t
-              WHERE '(0,0)'::tid = ANY(a) AND NOT EXISTS (SELECT FROM u)",
+              WHERE NOT EXISTS (SELECT FROM u)",
             within_share(limit, filter, after)
         ),
     }
@@ -342,32 +353,8 @@ pub async fn claim_lease_filtered(
     filter: &str,
     after: Option<Position>,
 ) -> sqlx::Result<Claim> {
-    let first = claim_lease_once(conn, limit, lease, token, filter, after).await?;
-    let Some(running) = running_after(limit, &first) else {
-        return Ok(first);
-    };
-    let claim = claim_lease_once(conn, running, lease, token, filter, after).await?;
-    Ok(claim.after_empty_share())
-}
-
-async fn claim_lease_once(
-    conn: &mut PgConnection,
-    limit: BatchLimit,
-    lease: Duration,
-    token: Uuid,
-    filter: &str,
-    after: Option<Position>,
-) -> sqlx::Result<Claim> {
-    let (at, id) = start_binds(after);
-    sqlx::query_as(&claim_lease_sql_from(limit, filter))
-        .bind(micros(lease))
-        .bind(token)
-        .bind(at)
-        .bind(id)
-        .persistent(true)
-        .fetch_all(conn)
-        .await
-        .map(|rows| Claim::from_rows(rows, limit.sizing))
+    let claim = ClaimOf::new(Mark::Lease { lease, token }, filter, after);
+    claim.run(conn, limit).await
 }
 
 /// Transaction mode: claims ready rows within `limit` and marks them published in the caller's
@@ -385,28 +372,69 @@ pub async fn claim_tx_filtered(
     filter: &str,
     after: Option<Position>,
 ) -> sqlx::Result<Claim> {
-    let first = claim_tx_once(conn, limit, filter, after).await?;
-    let Some(running) = running_after(limit, &first) else {
-        return Ok(first);
-    };
-    let claim = claim_tx_once(conn, running, filter, after).await?;
-    Ok(claim.after_empty_share())
+    ClaimOf::new(Mark::Tx, filter, after).run(conn, limit).await
 }
 
-async fn claim_tx_once(
-    conn: &mut PgConnection,
-    limit: BatchLimit,
-    filter: &str,
+/// How a claim marks its rows: leased (with the lease and the claim's token), or published in
+/// the caller's transaction.
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    Lease { lease: Duration, token: Uuid },
+    Tx,
+}
+
+/// A claim apart from its limit: how it marks its rows, over which rows (see
+/// [`claim_lease_filtered`]), and from where.
+#[derive(Debug, Clone, Copy)]
+struct ClaimOf<'a> {
+    mark: Mark,
+    filter: &'a str,
     after: Option<Position>,
-) -> sqlx::Result<Claim> {
-    let (at, id) = start_binds(after);
-    sqlx::query_as(&claim_tx_sql_from(limit, filter))
-        .bind(at)
-        .bind(id)
-        .persistent(true)
-        .fetch_all(conn)
-        .await
-        .map(|rows| Claim::from_rows(rows, limit.sizing))
+}
+
+impl<'a> ClaimOf<'a> {
+    fn new(mark: Mark, filter: &'a str, after: Option<Position>) -> Self {
+        Self {
+            mark,
+            filter,
+            after,
+        }
+    }
+
+    /// The claim, and the running claim that follows an empty share claim (see
+    /// [`running_after`]).
+    async fn run(self, conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {
+        let first = self.once(conn, limit).await?;
+        let Some(running) = running_after(limit, &first) else {
+            return Ok(first);
+        };
+        let claim = self.once(conn, running).await?;
+        Ok(claim.after_empty_share())
+    }
+
+    async fn once(self, conn: &mut PgConnection, limit: BatchLimit) -> sqlx::Result<Claim> {
+        let Self {
+            mark,
+            filter,
+            after,
+        } = self;
+        let (at, id) = start_binds(after);
+        let sql = match mark {
+            Mark::Lease { .. } => claim_lease_sql_from(limit, filter),
+            Mark::Tx => claim_tx_sql_from(limit, filter),
+        };
+        let mut query = sqlx::query_as(&sql);
+        if let Mark::Lease { lease, token } = mark {
+            query = query.bind(micros(lease)).bind(token);
+        }
+        query
+            .bind(at)
+            .bind(id)
+            .persistent(true)
+            .fetch_all(conn)
+            .await
+            .map(|rows| Claim::from_rows(rows, limit.sizing))
+    }
 }
 
 /// After `first`, a claim made with `limit`: the [`Sizing::Running`] limit to claim with at once
@@ -430,21 +458,36 @@ pub async fn settle_published(
     ids: &[i64],
     token: Uuid,
 ) -> sqlx::Result<Vec<i64>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_scalar(
+    ids_of_token(
+        conn,
         "UPDATE outbox
             SET published_at = now(), locked_until = NULL, last_error = NULL
           WHERE id = ANY($1) AND claim_token = $2
             AND published_at IS NULL AND dead_lettered_at IS NULL
           RETURNING id",
+        ids,
+        token,
     )
-    .bind(ids)
-    .bind(token)
-    .persistent(true)
-    .fetch_all(conn)
     .await
+}
+
+/// Runs `sql` with `ids` as `$1` and the claim's `token` as `$2`, returning ids. Nothing to look
+/// at runs nothing.
+async fn ids_of_token(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    ids: &[i64],
+    token: Uuid,
+) -> sqlx::Result<Vec<i64>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(sql)
+        .bind(ids)
+        .bind(token)
+        .persistent(true)
+        .fetch_all(conn)
+        .await
 }
 
 /// One failed publish to record.
@@ -480,10 +523,6 @@ pub async fn settle_failed(
     failures: &[Failure],
     token: Uuid,
 ) -> sqlx::Result<Vec<i64>> {
-    if failures.is_empty() {
-        return Ok(Vec::new());
-    }
-    let (ids, delays, dead, errors, counted) = failure_columns(failures);
     let sql = format!(
         "UPDATE outbox o
             SET locked_until = NULL,
@@ -492,40 +531,45 @@ pub async fn settle_failed(
             AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
           RETURNING o.id"
     );
-    sqlx::query_scalar(&sql)
-        .bind(ids)
-        .bind(delays)
-        .bind(dead)
-        .bind(errors)
-        .bind(counted)
-        .bind(token)
-        .persistent(true)
-        .fetch_all(conn)
-        .await
+    record_failures(conn, &sql, failures, Some(token)).await
 }
 
 /// Transaction mode: turns rows marked published by [`claim_tx`] back into retries or dead
 /// letters, inside the same transaction. Returns how many rows it changed.
 pub async fn revert_tx(conn: &mut PgConnection, failures: &[Failure]) -> sqlx::Result<u64> {
-    if failures.is_empty() {
-        return Ok(0);
-    }
-    let (ids, delays, dead, errors, counted) = failure_columns(failures);
     let sql = format!(
         "UPDATE outbox o
             SET published_at = NULL,
                 {FAILURE_OUTCOME}
-          WHERE o.id = f.id"
+          WHERE o.id = f.id
+          RETURNING o.id"
     );
-    Ok(sqlx::query(&sql)
+    let reverted = record_failures(conn, &sql, failures, None).await?;
+    Ok(reverted.len() as u64)
+}
+
+/// Runs `sql`, a statement of [`FAILURE_OUTCOME`] returning the ids it changed, with `failures`
+/// as its `$1..$5` and the lease's `token` (if any) as `$6`. Nothing to record runs nothing.
+async fn record_failures(
+    conn: &mut PgConnection,
+    sql: &str,
+    failures: &[Failure],
+    token: Option<Uuid>,
+) -> sqlx::Result<Vec<i64>> {
+    if failures.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (ids, delays, dead, errors, counted) = failure_columns(failures);
+    let mut query = sqlx::query_scalar(sql)
         .bind(ids)
         .bind(delays)
         .bind(dead)
         .bind(errors)
-        .bind(counted)
-        .execute(conn)
-        .await?
-        .rows_affected())
+        .bind(counted);
+    if let Some(token) = token {
+        query = query.bind(token);
+    }
+    query.persistent(true).fetch_all(conn).await
 }
 
 /// The columns of [`FAILURE_OUTCOME`]'s `unnest`.
@@ -586,14 +630,8 @@ pub async fn still_claimed(
     ids: &[i64],
     token: Uuid,
 ) -> sqlx::Result<Vec<i64>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_scalar("SELECT id FROM outbox WHERE id = ANY($1) AND claim_token = $2")
-        .bind(ids)
-        .bind(token)
-        .fetch_all(conn)
-        .await
+    let sql = "SELECT id FROM outbox WHERE id = ANY($1) AND claim_token = $2";
+    ids_of_token(conn, sql, ids, token).await
 }
 
 /// What a lease-mode settle does to a batch's rows: published ones marked, failed ones retried

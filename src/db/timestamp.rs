@@ -154,24 +154,12 @@ impl<'r> Decode<'r, Postgres> for Timestamp {
     }
 }
 
-/// An RFC 3339 time, or `infinity` / `-infinity`: the reference pages (`docs/reference/json.md`)
-/// describe it so.
-impl schemars::JsonSchema for Timestamp {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Timestamp".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "description": "an RFC 3339 time (database clock), or infinity / -infinity as stored"
-        })
-    }
-}
+// An RFC 3339 time, or `infinity` / `-infinity`: the reference pages (`docs/reference/json.md`)
+// describe it so.
+crate::schema::fixed_schema!(Timestamp, "Timestamp", {
+    "type": "string",
+    "description": "an RFC 3339 time (database clock), or infinity / -infinity as stored"
+});
 
 #[cfg(test)]
 mod tests {

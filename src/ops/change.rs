@@ -151,6 +151,25 @@ pub async fn lock_all<'c>(
     Ok(Err(refused))
 }
 
+/// Ends the transaction of an all-or-nothing change of `ids` that changed `changed` (sorted by
+/// id): commits when those are exactly `ids`, else rolls back and fails (`doing`: "edited",
+/// "cancelled", ...).
+pub async fn commit_all(
+    tx: Transaction<'_, Postgres>,
+    ids: &[i64],
+    changed: impl Iterator<Item = i64>,
+    doing: &str,
+) -> anyhow::Result<()> {
+    if !changed.eq(ids.iter().copied()) {
+        tx.rollback().await?;
+        anyhow::bail!(
+            "the events changed while they were being {doing}; nothing was changed, try again"
+        );
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
 /// `--delay` as the microseconds the SQL adds to the database's `now()` (0 without it).
 pub fn delay_micros(delay: Option<Duration>) -> Result<i64, CodedError> {
     match delay {

@@ -45,6 +45,35 @@ pub struct Figures {
     pub next_due_at: Option<DateTime<Utc>>,
 }
 
+impl Figures {
+    /// Adds a group's figures into a total: the counts add up, the oldest ages and lags are the
+    /// largest, the next due time the earliest.
+    fn add(&mut self, f: &Figures) {
+        self.ready += f.ready;
+        self.scheduled += f.scheduled;
+        self.in_flight += f.in_flight;
+        self.retrying += f.retrying;
+        self.dead_lettered += f.dead_lettered;
+        let Figures {
+            oldest_pending_age_seconds: pending_age,
+            oldest_pending_lag_seconds: pending_lag,
+            oldest_ready_lag_seconds: ready_lag,
+            oldest_ready_age_seconds: ready_age,
+            ..
+        } = *f;
+        self.oldest_pending_age_seconds = pending_age.max(self.oldest_pending_age_seconds);
+        self.oldest_pending_lag_seconds = pending_lag.max(self.oldest_pending_lag_seconds);
+        self.oldest_ready_lag_seconds = ready_lag.max(self.oldest_ready_lag_seconds);
+        self.oldest_ready_age_seconds = ready_age.max(self.oldest_ready_age_seconds);
+        self.published_last_minute += f.published_last_minute;
+        self.published_last_hour += f.published_last_hour;
+        self.next_due_at = match (self.next_due_at, f.next_due_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct StatsReport {
     /// The schema holding the outbox.
@@ -116,29 +145,7 @@ pub async fn collect(
     }
     let mut total = Figures::default();
     for f in groups.values() {
-        total.ready += f.ready;
-        total.scheduled += f.scheduled;
-        total.in_flight += f.in_flight;
-        total.retrying += f.retrying;
-        total.oldest_pending_age_seconds = total
-            .oldest_pending_age_seconds
-            .max(f.oldest_pending_age_seconds);
-        total.oldest_pending_lag_seconds = total
-            .oldest_pending_lag_seconds
-            .max(f.oldest_pending_lag_seconds);
-        total.dead_lettered += f.dead_lettered;
-        total.published_last_minute += f.published_last_minute;
-        total.published_last_hour += f.published_last_hour;
-        total.oldest_ready_lag_seconds = total
-            .oldest_ready_lag_seconds
-            .max(f.oldest_ready_lag_seconds);
-        total.oldest_ready_age_seconds = total
-            .oldest_ready_age_seconds
-            .max(f.oldest_ready_age_seconds);
-        total.next_due_at = match (total.next_due_at, f.next_due_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        total.add(f);
     }
     Ok(StatsReport {
         schema: schema.to_owned(),

@@ -13,15 +13,16 @@ use crate::config::DbConfig;
 use crate::db::audit::AuditRecord;
 
 use crate::db::dead::RequeueRecord;
-use crate::db::events::{EventRow, Scope};
+use crate::db::events::{EventRow, EventState, Scope};
 use crate::db::timestamp::Timestamp;
 use crate::exit::CodedError;
 use crate::json::{self, JsonText};
+use crate::ops::select::check_filter;
 use crate::output::JsonArray;
 use crate::select::EventFilter;
 use crate::{db, output};
 
-/// A list of events as `--json` prints it. [`print_list`] streams exactly this shape.
+/// A list of events as `--json` prints it. [`list`] streams exactly this shape.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct EventList<'a> {
     /// Events listed.
@@ -84,10 +85,13 @@ fn aggregate(e: &EventRow) -> String {
 pub struct TableKind {
     pub header: &'static [&'static str],
     pub cells: fn(&EventRow) -> Vec<String>,
+    /// What a list of them says when no event matches.
+    pub empty: &'static str,
 }
 
 /// Dead letters: id, type, aggregate, attempts, when, the error's first line.
 pub const DEAD_TABLE: TableKind = TableKind {
+    empty: "no dead-lettered events match",
     header: &[
         "id",
         "event type",
@@ -111,6 +115,7 @@ pub const DEAD_TABLE: TableKind = TableKind {
 /// Events of any state: id, state, type, aggregate, attempts, due (or published / dead-lettered)
 /// time, last error. `show` and --json have every column.
 pub const EVENTS_TABLE: TableKind = TableKind {
+    empty: "no events match",
     header: &[
         "id",
         "state",
@@ -160,18 +165,37 @@ pub fn print_events_table(rows: &[EventRow]) -> anyhow::Result<()> {
 /// needs all its rows to size its columns).
 pub const TABLE_PAGE: usize = 1000;
 
+/// `dead list` and `events list`: the events of `scope` that `filter` matches, at most `limit`, on
+/// a connection of their own; a dead list marks the dead heads blocking their ordered keys.
+pub async fn list(
+    cfg: &DbConfig,
+    filter: &EventFilter,
+    scope: Scope<'_>,
+    limit: u64,
+    json: bool,
+    kind: TableKind,
+) -> anyhow::Result<()> {
+    let pool = db::pool_migrated(cfg, 1).await?;
+    let mut conn = pool.acquire().await?;
+    check_filter(&mut conn, filter).await?;
+    let blocking = match scope {
+        Scope::Dead => db::ordering::blocking_heads(&mut conn).await?,
+        Scope::States(_) => Default::default(),
+    };
+    print_list(&mut conn, scope, filter, limit, json, kind, &blocking).await
+}
+
 /// Streams a list of at most `limit` events from the database to stdout: with `json`,
 /// [`EventList`]'s shape (count first, so it is counted first, in the same snapshot), else a
 /// message when empty, or tables of [`TABLE_PAGE`] rows and a note on stderr when more rows
 /// matched than `limit`. Memory does not grow with `limit`.
 #[allow(clippy::too_many_arguments)]
-pub async fn print_list(
+async fn print_list(
     conn: &mut PgConnection,
     scope: Scope<'_>,
     filter: &EventFilter,
     limit: u64,
     json: bool,
-    empty: &str,
     kind: TableKind,
     blocking: &std::collections::HashMap<i64, i64>,
 ) -> anyhow::Result<()> {
@@ -220,7 +244,7 @@ pub async fn print_list(
         })
         .await?;
         if shown == 0 {
-            output::print_line(format_args!("{empty}"))?;
+            output::print_line(format_args!("{}", kind.empty))?;
         } else if !page.is_empty() {
             print_table(kind, page)?;
         }
@@ -403,7 +427,21 @@ pub fn no_such_event(id: i64, schema: &str) -> CodedError {
 
 /// Event `id`, or the error saying it does not exist ([`missing`]).
 /// What `events show` and `dead show` start with: a connection and the event `id`.
-pub async fn open(cfg: &DbConfig, id: i64) -> anyhow::Result<(PoolConnection<Postgres>, EventRow)> {
+/// `dead show` and `events show`: the event `id` in full ([`show`]); `dead_only` refuses (exit
+/// 2) an event that is not dead-lettered.
+pub async fn show_one(cfg: &DbConfig, id: i64, json: bool, dead_only: bool) -> anyhow::Result<()> {
+    let (mut conn, event) = open(cfg, id).await?;
+    if dead_only && event.state != EventState::Dead {
+        return Err(CodedError::usage(format!(
+            "event {} is {}, not dead-lettered; see it with `outboxctl events show {}`",
+            event.id, event.state, event.id
+        ))
+        .into());
+    }
+    show(&mut conn, &event, json).await
+}
+
+async fn open(cfg: &DbConfig, id: i64) -> anyhow::Result<(PoolConnection<Postgres>, EventRow)> {
     let pool = db::pool_migrated(cfg, 1).await?;
     let mut conn = pool.acquire().await?;
     let event = get(&mut conn, id, cfg.schema.name()).await?;

@@ -162,6 +162,21 @@ impl ClaimStart {
         })
     }
 
+    /// An unordered claim beside the ordered one took nothing up to `at` (its statement's
+    /// `now()`, [`Claim::scanned_to`]): the next one goes on from there. Its rows are the ordered
+    /// types', skipped one by one, and dead entries; without this, a relay whose unordered
+    /// claims never take a row never had a cursor, and each started at the start (a `relay
+    /// --once` for one ordered event read 500k dead entries first, 0.5 s). What becomes ready
+    /// behind it is found by a claim from the start, as behind any cursor.
+    pub fn scanned_to(&self, at: chrono::DateTime<chrono::Utc>) {
+        let mut s = self.state();
+        let p = Position {
+            available_at: at,
+            id: i64::MAX,
+        };
+        s.cursor = Some(s.cursor.map_or(p, |c| c.max(p)));
+    }
+
     /// The next claim starts at the start: rows were given back behind the cursor.
     pub fn rescan(&self) {
         self.state().rescan = true;

@@ -109,36 +109,21 @@ pub struct Heartbeat {
 /// What a step did, for [`RelayEvent::StepDone`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepDone {
-    pub claimed: u64,
-    pub published: u64,
-    pub retried: u64,
-    pub dead_lettered: u64,
-    pub released: u64,
-    pub lease_lost: u64,
-    pub unavailable: u64,
-    pub sink_failures: u64,
-    pub deferred: u64,
-    /// The sink's publish of the batch.
-    pub publish: Option<Duration>,
+    /// The step's counts and its publish's duration (what it carries for the loop, the events
+    /// and the sink's state, left out).
+    pub report: Report,
     /// The whole step: claim, publish, settle.
     pub elapsed: Duration,
 }
 
 impl StepDone {
     pub fn new(r: &Report, elapsed: Duration) -> Self {
-        Self {
-            claimed: r.claimed,
-            published: r.published,
-            retried: r.retried,
-            dead_lettered: r.dead_lettered,
-            released: r.released,
-            lease_lost: r.lease_lost,
-            unavailable: r.unavailable,
-            sink_failures: r.sink_failures,
-            deferred: r.deferred,
-            publish: r.publish_elapsed,
-            elapsed,
-        }
+        let report = Report {
+            events: Vec::new(),
+            sink_down: None,
+            ..r.clone()
+        };
+        Self { report, elapsed }
     }
 }
 
@@ -147,10 +132,21 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl RelayEvent {
+    /// The counter that counts this kind of event, if one does.
+    fn counter(&self) -> Option<&'static str> {
+        match self {
+            RelayEvent::ReadOnly { .. } | RelayEvent::StepFailed { .. } => Some(m::STEP_FAILURES),
+            RelayEvent::CircuitOpened { .. } => Some(m::CIRCUIT_OPENED),
+            RelayEvent::SettleAbandoned { .. } => Some(m::SETTLES_ABANDONED),
+            RelayEvent::TxRolledBack { .. } => Some(m::TX_ROLLED_BACK),
+            _ => None,
+        }
+    }
+
     /// Writes the event's log line and bumps its metrics.
     pub fn emit(&self) {
         match self {
-            RelayEvent::StepDone(s) => {
+            RelayEvent::StepDone(StepDone { report: s, elapsed }) => {
                 tracing::debug!(
                     claimed = s.claimed,
                     published = s.published,
@@ -158,7 +154,7 @@ impl RelayEvent {
                     dead_lettered = s.dead_lettered,
                     released = s.released,
                     lease_lost = s.lease_lost,
-                    elapsed_ms = ms(s.elapsed),
+                    elapsed_ms = ms(*elapsed),
                     "batch done"
                 );
                 for (name, n) in [
@@ -176,10 +172,10 @@ impl RelayEvent {
                         metrics::counter!(name).increment(n);
                     }
                 }
-                if let Some(p) = s.publish {
+                if let Some(p) = s.publish_elapsed {
                     metrics::histogram!(m::PUBLISH_DURATION).record(p.as_secs_f64());
                 }
-                metrics::histogram!(m::BATCH_DURATION).record(s.elapsed.as_secs_f64());
+                metrics::histogram!(m::BATCH_DURATION).record(elapsed.as_secs_f64());
             }
             RelayEvent::ReadOnly { retry_in } => {
                 if READ_ONLY_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
@@ -190,7 +186,6 @@ impl RelayEvent {
                         "the database is read-only (a hot standby, or default_transaction_read_only): no event claimed, none failed; trying again until it takes writes (a promotion, or the address moved to the primary)"
                     );
                 }
-                metrics::counter!(m::STEP_FAILURES).increment(1);
             }
             RelayEvent::Writable => {
                 if READ_ONLY_SAID.swap(false, std::sync::atomic::Ordering::Relaxed) {
@@ -204,7 +199,6 @@ impl RelayEvent {
                     "sink unavailable: pausing claims and probing until it is back (events are given back untouched, no attempt counted)"
                 );
                 metrics::gauge!(m::CIRCUIT_OPEN).set(1.0);
-                metrics::counter!(m::CIRCUIT_OPENED).increment(1);
             }
             RelayEvent::CircuitClosed { after, probes } => {
                 tracing::info!(
@@ -271,7 +265,6 @@ impl RelayEvent {
                     error = error.as_str(),
                     "could not mark a published batch before its lease ended; its events will be published again (same dedup id)"
                 );
-                metrics::counter!(m::SETTLES_ABANDONED).increment(1);
             }
             RelayEvent::TxRolledBack { events, error } => {
                 tracing::warn!(
@@ -279,7 +272,6 @@ impl RelayEvent {
                     error = error.as_str(),
                     "the connection was lost after publishing a batch; the server rolled its marks back and its events will be published again (same dedup id)"
                 );
-                metrics::counter!(m::TX_ROLLED_BACK).increment(1);
             }
             RelayEvent::StepFailed { error, retry_in } => {
                 tracing::warn!(
@@ -287,35 +279,31 @@ impl RelayEvent {
                     retry_in_ms = ms(*retry_in),
                     "relay step failed; backing off"
                 );
-                metrics::counter!(m::STEP_FAILURES).increment(1);
             }
             RelayEvent::GaveUp { error, after } => tracing::error!(
                 error = error.as_str(),
                 failing_for_ms = ms(*after),
                 "the database stayed unreachable; giving up"
             ),
-            RelayEvent::Heartbeat(h) => match &h.figures {
-                Ok(f) => tracing::info!(
-                    backlog = f.backlog,
-                    scheduled = f.scheduled,
-                    in_flight = f.in_flight,
+            RelayEvent::Heartbeat(h) => {
+                let figures = h.figures.as_ref().ok();
+                tracing::info!(
+                    backlog = figures.map(|f| f.backlog),
+                    scheduled = figures.map(|f| f.scheduled),
+                    in_flight = figures.map(|f| f.in_flight),
                     published = h.published,
                     retried = h.retried,
                     dead_lettered = h.dead_lettered,
                     lease_lost = h.lease_lost,
                     interval_ms = ms(h.interval),
-                    "heartbeat"
-                ),
-                Err(e) => tracing::info!(
-                    published = h.published,
-                    retried = h.retried,
-                    dead_lettered = h.dead_lettered,
-                    lease_lost = h.lease_lost,
-                    interval_ms = ms(h.interval),
-                    error = e.as_str(),
-                    "heartbeat (backlog unknown: the database did not answer)"
-                ),
-            },
+                    error = h.figures.as_ref().err().map(String::as_str),
+                    "{}",
+                    match h.figures {
+                        Ok(_) => "heartbeat",
+                        Err(_) => "heartbeat (backlog unknown: the database did not answer)",
+                    }
+                )
+            }
             RelayEvent::SinkFailed { failures, error } => FAILURE_WARN.emit(*failures, error),
             RelayEvent::SinkDeferred { events, error } => DEFERRED_WARN.emit(*events, error),
             RelayEvent::ShutdownRequested => tracing::info!(
@@ -339,6 +327,9 @@ impl RelayEvent {
                     "SIGHUP: nothing to reopen (only the file sink reopens its file); carrying on"
                 ),
             },
+        }
+        if let Some(counter) = self.counter() {
+            metrics::counter!(counter).increment(1);
         }
     }
 }

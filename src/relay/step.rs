@@ -130,6 +130,13 @@ fn next_sizing(limit: sql::BatchLimit, claim: &sql::Claim) -> sql::Sizing {
     }
 }
 
+/// One step's settings: at most `limit` rows, published under `ctl`, the claim said to `claimed`.
+struct StepOf<'a> {
+    limit: i64,
+    ctl: PublishCtl,
+    claimed: &'a (dyn Fn(ClaimNotice) + Sync),
+}
+
 /// How a claim is made.
 enum ClaimMode {
     Lease { token: Uuid },
@@ -195,9 +202,14 @@ impl Relay {
                     + self.cfg.lease.saturating_sub(self.cfg.publish_timeout),
             ),
         };
+        let step = StepOf {
+            limit,
+            ctl,
+            claimed,
+        };
         let result = match self.cfg.mode {
-            Mode::Lease => self.step_lease(limit, &ctl, claimed).await,
-            Mode::Tx => self.step_tx(limit, &ctl, claimed).await,
+            Mode::Lease => self.step_lease(&step).await,
+            Mode::Tx => self.step_tx(&step).await,
         };
         // Rows this step gave back (an outage, shutdown, a rollback, a lost claim) keep their
         // `available_at`, behind the claim cursor: the next claim starts at the start, so they
@@ -212,12 +224,7 @@ impl Relay {
         result
     }
 
-    async fn step_lease(
-        &self,
-        limit: i64,
-        ctl: &PublishCtl,
-        claimed: &(dyn Fn(ClaimNotice) + Sync),
-    ) -> Result<Report, StepError> {
+    async fn step_lease(&self, step: &StepOf<'_>) -> Result<Report, StepError> {
         let token = Uuid::new_v4();
         // Taken before the claim is sent: the lease (from the server's now()) ends later.
         let claimed_at = tokio::time::Instant::now();
@@ -225,11 +232,11 @@ impl Relay {
             let mut conn = self.db.hold().await?;
             // A step started beside another may wait here for a new connection; one that gets
             // it after shutdown began claims nothing (it would only claim rows to release them).
-            if ctl.shutdown.is_cancelled() {
+            if step.ctl.shutdown.is_cancelled() {
                 return Ok(Report::default());
             }
             let result = conn
-                .run(async |c| self.claim(c, limit, ClaimMode::Lease { token }).await)
+                .run(async |c| self.claim(c, step.limit, ClaimMode::Lease { token }).await)
                 .await
                 .and_then(|claim| self.failpoint_lose_claim_reply(claim));
             match result {
@@ -244,23 +251,10 @@ impl Relay {
                 }
             }
         };
-        claimed(claim.notice(limit));
-        let ordered_from = claim.ordered_from;
-        let rows = claim.rows;
-        let mut report = Report {
-            claimed: rows.len() as u64,
-            budget_reached: claim.budget_reached,
-            events: claim.event.into_iter().collect(),
-            ..Report::default()
-        };
-        if rows.is_empty() {
+        let (report, published) = self.publish_claimed(claim, step).await;
+        let Some((rows, sorted)) = published else {
             return Ok(report);
-        }
-        let publish_started = tokio::time::Instant::now();
-        let outcomes = self.publish(&rows, ordered_from, ctl).await;
-        report.publish_elapsed = Some(publish_started.elapsed());
-        self.failpoint_after_publish().await;
-        let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
+        };
         let pending = PendingSettle {
             dead_event_types: dead_event_types(&rows, &sorted),
             token,
@@ -322,17 +316,12 @@ impl Relay {
         Ok(report)
     }
 
-    async fn step_tx(
-        &self,
-        limit: i64,
-        ctl: &PublishCtl,
-        claimed: &(dyn Fn(ClaimNotice) + Sync),
-    ) -> Result<Report, StepError> {
+    async fn step_tx(&self, step: &StepOf<'_>) -> Result<Report, StepError> {
         let mut conn = self.db.hold().await?;
-        if ctl.shutdown.is_cancelled() {
+        if step.ctl.shutdown.is_cancelled() {
             return Ok(Report::default()); // as in step_lease
         }
-        let result = self.step_tx_on(&mut conn, limit, ctl, claimed).await;
+        let result = self.step_tx_on(&mut conn, step).await;
         if let Err(e) = &result {
             conn.discard_if_broken(e.db());
         }
@@ -342,30 +331,15 @@ impl Relay {
     async fn step_tx_on(
         &self,
         conn: &mut Held<'_>,
-        limit: i64,
-        ctl: &PublishCtl,
-        claimed: &(dyn Fn(ClaimNotice) + Sync),
+        step: &StepOf<'_>,
     ) -> Result<Report, StepError> {
         let mut tx = conn.begin().await?;
-        let claim = self.claim(&mut tx, limit, ClaimMode::Tx).await?;
-        claimed(claim.notice(limit));
-        let ordered_from = claim.ordered_from;
-        let rows = claim.rows;
-        let mut report = Report {
-            claimed: rows.len() as u64,
-            budget_reached: claim.budget_reached,
-            events: claim.event.into_iter().collect(),
-            ..Report::default()
-        };
-        if rows.is_empty() {
+        let claim = self.claim(&mut tx, step.limit, ClaimMode::Tx).await?;
+        let (mut report, published) = self.publish_claimed(claim, step).await;
+        let Some((rows, sorted)) = published else {
             tx.commit().await?;
             return Ok(report);
-        }
-        let publish_started = tokio::time::Instant::now();
-        let outcomes = self.publish(&rows, ordered_from, ctl).await;
-        report.publish_elapsed = Some(publish_started.elapsed());
-        self.failpoint_after_publish().await;
-        let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
+        };
         if sorted.published.is_empty() && sorted.failures.is_empty() {
             // Nothing was taken (an outage, a closed or stalled consumer, shutdown): rolling back
             // restores every row exactly, including the `last_error` the claim cleared. Nothing
@@ -411,6 +385,34 @@ impl Relay {
     /// event the sink pushed back on while it took others ([`SinkError::Backpressure`]) is
     /// deferred: its attempt given back, due again after the sink's `Retry-After` or one backoff
     /// step, never dead-lettered for it.
+    /// After a claim (said to `claimed`), in both modes: publishes its rows and sorts their
+    /// outcomes. Returns the report so far (the claim's counts, the publish's duration, what
+    /// [`Self::sort_outcomes`] counts) and, unless the claim took nothing, the rows and their
+    /// outcomes to settle.
+    async fn publish_claimed(
+        &self,
+        claim: Claimed,
+        step: &StepOf<'_>,
+    ) -> (Report, Option<(Vec<ClaimedRow>, Settle)>) {
+        (step.claimed)(claim.notice(step.limit));
+        let rows = claim.rows;
+        let mut report = Report {
+            claimed: rows.len() as u64,
+            budget_reached: claim.budget_reached,
+            events: claim.event.into_iter().collect(),
+            ..Report::default()
+        };
+        if rows.is_empty() {
+            return (report, None);
+        }
+        let publish_started = tokio::time::Instant::now();
+        let outcomes = self.publish(&rows, claim.ordered_from, &step.ctl).await;
+        report.publish_elapsed = Some(publish_started.elapsed());
+        self.failpoint_after_publish().await;
+        let sorted = self.sort_outcomes(&rows, outcomes, &mut report);
+        (report, Some((rows, sorted)))
+    }
+
     fn sort_outcomes(
         &self,
         rows: &[ClaimedRow],
@@ -541,6 +543,9 @@ impl Relay {
             if beside {
                 let found = !unordered.rows.is_empty() || unordered.budget_reached;
                 self.ordering.unordered_claimed(found, started.elapsed());
+                if let Some(at) = unordered.scanned_to {
+                    self.start.scanned_to(at);
+                }
             }
         }
         if !ordering.is_active() {

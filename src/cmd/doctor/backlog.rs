@@ -74,7 +74,7 @@ pub(super) fn oldest_pending_check(t: &Figures, s: &Settings) -> Check {
     let lag = Duration::from_secs_f64(t.oldest_pending_lag_seconds.max(0.0));
     let details = json!({ "lag_seconds": t.oldest_pending_lag_seconds,
                           "oldest_pending_age_seconds": t.oldest_pending_age_seconds,
-                          "warn_seconds": s.warn_lag.as_secs_f64(), "crit_seconds": s.crit_lag.as_secs_f64() });
+                          "warn_seconds": s.lag.warn_lag.as_secs_f64(), "crit_seconds": s.lag.crit_lag.as_secs_f64() });
     let pending = t.ready + t.scheduled + t.in_flight;
     if pending == 0 {
         return check("oldest_pending", Status::Pass, "nothing pending", details);
@@ -87,18 +87,18 @@ pub(super) fn oldest_pending_check(t: &Figures, s: &Settings) -> Check {
             secs(lag)
         )
     };
-    if lag > s.crit_lag {
+    if lag > s.lag.crit_lag {
         check(
             "oldest_pending",
             Status::Fail,
-            format!("{text}, longer than --crit-lag {}", secs(s.crit_lag)),
+            format!("{text}, longer than --crit-lag {}", secs(s.lag.crit_lag)),
             details,
         )
-    } else if lag > s.warn_lag {
+    } else if lag > s.lag.warn_lag {
         check(
             "oldest_pending",
             Status::Warn,
-            format!("{text}, longer than --warn-lag {}", secs(s.warn_lag)),
+            format!("{text}, longer than --warn-lag {}", secs(s.lag.warn_lag)),
             details,
         )
     } else {

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 
 pub use settings::RelaySettings;
 
-use crate::cli::DoctorArgs;
+use crate::cli::{DoctorArgs, DoctorLagArgs};
 use crate::config::DbConfig;
 use crate::db::{self, doctor as sql};
 use crate::output;
@@ -94,8 +94,7 @@ pub struct Report {
 /// What the checks are judged against, resolved from the flags.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub warn_lag: Duration,
-    pub crit_lag: Duration,
+    pub lag: DoctorLagArgs,
     pub max_xact_age: Duration,
     pub retention: Duration,
     pub relay: Option<RelaySettings>,
@@ -118,34 +117,33 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<u8> {
 }
 
 fn settings(args: &DoctorArgs) -> anyhow::Result<Settings> {
-    if args.warn_lag > args.crit_lag {
+    if args.lag.warn_lag > args.lag.crit_lag {
         return Err(crate::exit::CodedError::usage(
             "--warn-lag is longer than --crit-lag: the warning must come first",
         )
         .into());
     }
-    let relay = (args.lease.is_some() || args.publish_timeout.is_some() || args.sink.is_some())
-        .then(|| {
-            let lease = args.lease.unwrap_or_else(|| {
-                crate::cli::parse_duration(crate::cli::DEFAULT_LEASE).expect("the default lease")
-            });
-            RelaySettings {
-                lease,
-                publish_timeout: args.publish_timeout.unwrap_or(lease / 2),
-                max_attempts: args.retry.max_attempts,
-                backoff: crate::relay::Backoff {
-                    base: args.retry.backoff_base,
-                    max: args.retry.backoff_max,
-                },
-            }
+    let r = &args.relay;
+    let relay = (r.lease.is_some() || r.publish_timeout.is_some() || r.sink.is_some()).then(|| {
+        let lease = r.lease.unwrap_or_else(|| {
+            crate::cli::parse_duration(crate::cli::DEFAULT_LEASE).expect("the default lease")
         });
+        RelaySettings {
+            lease,
+            publish_timeout: r.publish_timeout.unwrap_or(lease / 2),
+            max_attempts: r.retry.max_attempts,
+            backoff: crate::relay::Backoff {
+                base: r.retry.backoff_base,
+                max: r.retry.backoff_max,
+            },
+        }
+    });
     Ok(Settings {
-        warn_lag: args.warn_lag,
-        crit_lag: args.crit_lag,
+        lag: args.lag.clone(),
         max_xact_age: args.max_xact_age,
         retention: args.retention,
         relay,
-        sink: args.sink.clone(),
+        sink: r.sink.clone(),
         connect_timeout: args.db.connect_timeout,
     })
 }
@@ -377,8 +375,10 @@ impl Settings {
     /// --retention 7d`), no relay settings.
     pub(super) fn for_tests() -> Self {
         Self {
-            warn_lag: Duration::from_secs(60),
-            crit_lag: Duration::from_secs(300),
+            lag: DoctorLagArgs {
+                warn_lag: Duration::from_secs(60),
+                crit_lag: Duration::from_secs(300),
+            },
             max_xact_age: Duration::from_secs(60),
             retention: Duration::from_secs(7 * 86_400),
             relay: None,

@@ -17,7 +17,7 @@ use crate::db::{self, audit::Audit, events::EditPreview, events::EditSpec, event
 use crate::exit::{CodedError, FAILURE, OK};
 use crate::json::JsonText;
 use crate::ops::change::{
-    id_list, lock_all, peek_refusals, refusal_error, sorted_ids, Refusal, Seen,
+    commit_all, id_list, lock_all, peek_refusals, refusal_error, sorted_ids, Refusal, Seen,
 };
 use crate::ops::new_event::{has_nul, payload_arg, NUL};
 use crate::output;
@@ -235,13 +235,7 @@ pub async fn run(args: EditArgs) -> anyhow::Result<u8> {
     let previews = db::events::preview_edit(&mut tx, &ids, &spec).await?;
     let mut edited = db::events::edit(&mut tx, &ids, &spec, &audit).await?;
     edited.sort_unstable();
-    if edited != ids {
-        tx.rollback().await?;
-        anyhow::bail!(
-            "the events changed while they were being edited; nothing was changed, try again"
-        );
-    }
-    tx.commit().await?;
+    commit_all(tx, &ids, edited.iter().copied(), "edited").await?;
     if json {
         print_edited(&previews, false)?;
     } else {

@@ -16,18 +16,18 @@ use std::cell::Cell;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{pool::PoolConnection, Postgres};
+use sqlx::{pool::PoolConnection, PgConnection, Postgres};
 
 use crate::cli::{
-    AuditArgs, CancelArgs, DatabaseArgs, EventsArgs, EventsCommand, EventsListArgs, FilterArgs,
-    RescheduleArgs, ShowArgs, StateArg,
+    AuditArgs, ByFilterArgs, ByFilterVars, CancelArgs, ChangeArgs, DatabaseArgs, EventsArgs,
+    EventsCommand, EventsListArgs, FilterArgs, RescheduleArgs, ShowArgs, StateArg,
 };
 use crate::config::{self, DbConfig};
 use crate::db::{self, audit::Audit, events::EventState, events::Scope};
 use crate::exit::{CodedError, FAILURE, OK};
 use crate::ops::batch::{self, FilterReport};
 use crate::ops::change::{
-    cancel_refusal, delay_micros, id_list, lock_all, peek_refusals, refusal_error,
+    cancel_refusal, commit_all, delay_micros, id_list, lock_all, peek_refusals, refusal_error,
     reschedule_refusal, sorted_ids, Refusal,
 };
 use crate::ops::select::check_filter;
@@ -72,29 +72,16 @@ pub fn states_of(args: &[StateArg]) -> Vec<EventState> {
 
 async fn list(args: EventsListArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let filter = EventFilter::from_args(&args.filter)?;
+    let filter = EventFilter::from_args(&args.list.filter)?;
     let states = states_of(&args.state);
-    let pool = db::pool_migrated(&cfg, 1).await?;
-    let mut conn = pool.acquire().await?;
-    check_filter(&mut conn, &filter).await?;
-    view::print_list(
-        &mut conn,
-        Scope::States(&states),
-        &filter,
-        args.list.limit,
-        args.output.json,
-        "no events match",
-        view::EVENTS_TABLE,
-        &Default::default(),
-    )
-    .await?;
+    let (limit, json, kind) = (args.list.limit, args.list.output.json, view::EVENTS_TABLE);
+    view::list(&cfg, &filter, Scope::States(&states), limit, json, kind).await?;
     Ok(OK)
 }
 
 async fn show(args: ShowArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let (mut conn, event) = view::open(&cfg, args.id).await?;
-    view::show(&mut conn, &event, args.output.json).await?;
+    view::show_one(&cfg, args.id, args.output.json, false).await?;
     Ok(OK)
 }
 
@@ -120,7 +107,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     if let Some(target) = by_filter(
         &args.target.ids,
         &args.target.filter,
-        &args.state,
+        &args.by_filter.state,
         cancellable,
         |s| match s {
             EventState::Published => {
@@ -179,13 +166,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<u8> {
     let mut deleted =
         db::events::delete_unpublished(&mut tx, &ids, args.force, None, &audit).await?;
     deleted.sort_unstable();
-    if deleted != ids {
-        tx.rollback().await?;
-        anyhow::bail!(
-            "the events changed while they were being cancelled; nothing was changed, try again"
-        );
-    }
-    tx.commit().await?;
+    commit_all(tx, &ids, deleted.iter().copied(), "cancelled").await?;
     report(&deleted, &[], false)?;
     if !json {
         output::print_summary(format_args!("cancelled {what}: {}", id_list(&deleted)))?;
@@ -213,7 +194,7 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
     if let Some(target) = by_filter(
         &args.target.ids,
         &args.target.filter,
-        &args.state,
+        &args.by_filter.state,
         &[EventState::Ready, EventState::Scheduled],
         |s| match s {
             EventState::Dead => "dead events are sent again with `outboxctl requeue --delay`",
@@ -277,13 +258,7 @@ async fn reschedule(args: RescheduleArgs) -> anyhow::Result<u8> {
     let mut moved =
         db::events::reschedule(&mut tx, &ids, args.at, delay_micros, None, &audit).await?;
     moved.sort_unstable_by_key(|m| m.0);
-    if moved.iter().map(|m| m.0).collect::<Vec<_>>() != ids {
-        tx.rollback().await?;
-        anyhow::bail!(
-            "the events changed while they were being rescheduled; nothing was changed, try again"
-        );
-    }
-    tx.commit().await?;
+    commit_all(tx, &ids, moved.iter().map(|m| m.0), "rescheduled").await?;
     let moved: Vec<Moved> = moved
         .into_iter()
         .map(|(id, at)| Moved {
@@ -412,24 +387,54 @@ fn plan(words: batch::Words, dry_run: bool, yes: bool, json: bool, size: u32) ->
     }
 }
 
-async fn cancel_by_filter(args: CancelArgs, target: ByFilter) -> anyhow::Result<u8> {
-    let (mut conn, ids, audit) =
-        select_by_filter(&args.db, &args.change.audit, &target, args.limit).await?;
-    let states = &target.states;
+/// A by-filter run: selects the events `target` names (at most `by.limit`), then `act`s on them
+/// in batches of `by.batch_size` (given a batch, the states it may change and who acts), as
+/// `words` say, reporting with `report` and `suffix`.
+#[allow(clippy::too_many_arguments)]
+async fn run_by_filter<V: ByFilterVars>(
+    db_args: &DatabaseArgs,
+    change: &ChangeArgs,
+    by: &ByFilterArgs<V>,
+    target: &ByFilter,
+    words: batch::Words,
+    report: fn(batch::Tally) -> FilterReport,
+    mut act: impl AsyncFnMut(
+        &mut PgConnection,
+        &[i64],
+        &[EventState],
+        &Audit,
+    ) -> anyhow::Result<Vec<i64>>,
+    suffix: impl FnOnce(&batch::Tally) -> String,
+) -> anyhow::Result<u8> {
+    let (mut conn, ids, audit) = select_by_filter(db_args, &change.audit, target, by.limit).await?;
+    let (dry_run, yes, json) = (
+        change.preview.dry_run,
+        change.confirm.yes,
+        change.output.json,
+    );
     batch::run(
-        &plan(
-            CANCEL,
-            args.change.preview.dry_run,
-            args.change.confirm.yes,
-            args.change.output.json,
-            args.batch_size,
-        ),
+        &plan(words, dry_run, yes, json, by.batch_size),
         &db::Pin::default(),
         &mut conn,
         &ids,
+        report,
+        async |c, chunk| act(c, chunk, &target.states, &audit).await,
+        suffix,
+    )
+    .await
+}
+
+async fn cancel_by_filter(args: CancelArgs, target: ByFilter) -> anyhow::Result<u8> {
+    let force = args.force;
+    run_by_filter(
+        &args.db,
+        &args.change,
+        &args.by_filter,
+        &target,
+        CANCEL,
         FilterReport::cancelled,
-        async |c, chunk| {
-            Ok(db::events::delete_unpublished(c, chunk, args.force, Some(states), &audit).await?)
+        async |c, chunk, states, audit| {
+            Ok(db::events::delete_unpublished(c, chunk, force, Some(states), audit).await?)
         },
         |_| String::new(),
     )
@@ -441,26 +446,18 @@ async fn reschedule_by_filter(
     target: ByFilter,
     delay_micros: i64,
 ) -> anyhow::Result<u8> {
-    let (mut conn, ids, audit) =
-        select_by_filter(&args.db, &args.change.audit, &target, args.limit).await?;
-    let states = &target.states;
+    let at = args.at;
     let due = Cell::new(None);
-    batch::run(
-        &plan(
-            RESCHEDULE,
-            args.change.preview.dry_run,
-            args.change.confirm.yes,
-            args.change.output.json,
-            args.batch_size,
-        ),
-        &db::Pin::default(),
-        &mut conn,
-        &ids,
+    run_by_filter(
+        &args.db,
+        &args.change,
+        &args.by_filter,
+        &target,
+        RESCHEDULE,
         FilterReport::rescheduled,
-        async |c, chunk| {
+        async |c, chunk, states, audit| {
             let moved =
-                db::events::reschedule(c, chunk, args.at, delay_micros, Some(states), &audit)
-                    .await?;
+                db::events::reschedule(c, chunk, at, delay_micros, Some(states), audit).await?;
             if due.get().is_none() {
                 due.set(moved.first().map(|m| m.1));
             }

@@ -761,9 +761,16 @@ async fn a_prune_after_a_drain_under_stale_statistics_deletes_every_batch_by_tid
             &[],
         )
         .await;
-        let b = outboxctl::db::prune::delete_published(&mut c, cutoff, from, 1000, &mut audit)
-            .await
-            .unwrap();
+        let b = outboxctl::db::prune::delete(
+            &mut c,
+            &outboxctl::db::prune::PUBLISHED,
+            cutoff,
+            from,
+            1000,
+            &mut audit,
+        )
+        .await
+        .unwrap();
         batches += 1;
         if b.deleted == 0 {
             break;
