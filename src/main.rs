@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = outboxctl::cli::parse();
+    let cli = outboxctl::cli::parse(outboxctl::exit::nagios::UNKNOWN);
     if let Err(err) = outboxctl::logging::init(&cli.log, cli.is_daemon()) {
         outboxctl::output::eprint_line(format_args!("error: {err}"));
         let code = outboxctl::exit::code(outboxctl::exit::Failure::Config(&err));

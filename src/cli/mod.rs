@@ -146,8 +146,10 @@ pub fn command() -> clap::Command {
 /// (2 for usage errors, 0 for --help and --version).
 ///
 /// `stats --check` is a Nagios plugin: a usage error there prints `OUTBOX UNKNOWN - ...` on stdout
-/// and exits 3 (UNKNOWN) instead of 2.
-pub fn parse() -> Cli {
+/// and exits with `nagios_unknown` (UNKNOWN, 3: `exit::nagios::UNKNOWN`, passed in by `main` so
+/// the command line does not import the exit-code layer, which imports every layer's errors)
+/// instead of 2.
+pub fn parse(nagios_unknown: u8) -> Cli {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     try_parse_from(&args).unwrap_or_else(|e| {
         if e.use_stderr() && is_nagios_check(&args, |k| std::env::var_os(k)) {
@@ -158,7 +160,7 @@ pub fn parse() -> Cli {
                 first.strip_prefix("error: ").unwrap_or(first)
             );
             let _ = e.print();
-            std::process::exit(i32::from(crate::exit::nagios::UNKNOWN));
+            std::process::exit(i32::from(nagios_unknown));
         }
         e.exit()
     })

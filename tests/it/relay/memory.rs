@@ -249,7 +249,7 @@ async fn a_share_claim_that_finds_only_large_rows_claims_them_by_running_size() 
     }
 }
 
-/// A share claim that takes nothing because nothing is ready says so (no trailer row), and no
+/// A share claim that takes nothing because nothing is ready says so (its trailer row), and no
 /// running claim follows it over the same index entries: under a held snapshot each walked every
 /// dead row, twice per empty claim from the start. Read from the relay's own statement log.
 #[tokio::test]

@@ -1609,3 +1609,39 @@ async fn a_row_pending_below_the_key_floor_holds_its_key_until_a_pass_without_th
         );
     }
 }
+
+/// Beside an ordered backlog, an unordered claim that took nothing (it skips the ordered types'
+/// rows one by one) is not repeated at every step: it rests 20 times as long as it took, or until
+/// the ordered claim comes back short. Read from the relay's statement log; the unordered event
+/// still goes out in the same run.
+#[tokio::test]
+async fn beside_an_ordered_backlog_the_unordered_claim_rests_after_taking_nothing() {
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
+    db.exec(
+        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                             idempotency_key)
+         SELECT '00000000-0000-0000-0000-000000000001', 'order', 'k' || g, 'e', '{}', 'o' || g
+           FROM generate_series(1, 3000) g;
+         ANALYZE outbox",
+    )
+    .await;
+    let other = insert(&db, "other", "x", 1, false).await;
+    let out = db
+        .cmd()
+        .args(["relay", "--once", "--sink", "null", "--mode", "tx"])
+        .args(["--batch-size", "50", "--pipeline-depth", "1"])
+        .env("OUTBOXCTL_LOG", "sqlx::query=debug")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(pending(&db).await, 0, "everything went out, {other} too");
+    let log = stderr(&out);
+    let unordered = log.matches("summary=\"WITH t AS").count();
+    let ordered = log.matches("summary=\"WITH RECURSIVE walk").count();
+    assert!(ordered >= 60, "{ordered} ordered claims");
+    assert!(
+        unordered * 2 <= ordered,
+        "{unordered} unordered claims beside {ordered} ordered ones"
+    );
+}
