@@ -77,6 +77,8 @@ struct Inner {
     /// An unordered claim beside the ordered one took nothing: when it began and how long it
     /// took ([`OrderingState::unordered_due`]).
     unordered_rest: Option<(Instant, Duration)>,
+    /// [`OrderingState::wake_unordered`] asked for an unordered claim alone next.
+    woken: bool,
 }
 
 /// What a pass over the keys has found so far.
@@ -206,7 +208,8 @@ impl OrderingState {
     /// at 11k events/s, against 40k with every type ordered and no unordered claim). So after one
     /// that took nothing, the next waits until [`FULL_PASS_COST_FACTOR`] times as long as it took
     /// has passed (they then cost at most 1/20 of the relay's time), or until the ordered claim
-    /// comes back short ([`OrderingState::wake_unordered`]).
+    /// comes back short ([`OrderingState::wake_unordered`]; that step makes the unordered claim
+    /// alone).
     pub fn unordered_due(&self) -> bool {
         let inner = self.inner.lock().expect("ordering state lock");
         match inner.unordered_rest {
@@ -231,10 +234,16 @@ impl OrderingState {
     /// short while the unordered one rested, so a run does not end (nor a daemon idle) without
     /// having looked for unordered events.
     pub fn wake_unordered(&self) {
-        self.inner
-            .lock()
-            .expect("ordering state lock")
-            .unordered_rest = None;
+        let mut inner = self.inner.lock().expect("ordering state lock");
+        inner.unordered_rest = None;
+        inner.woken = true;
+    }
+
+    /// Whether the next step makes the unordered claim alone, because the ordered claim just
+    /// came back short ([`OrderingState::wake_unordered`]): another ordered claim at once would
+    /// walk the keys again for nothing (one pass over the key index more per `relay --once` run).
+    pub fn take_woken(&self) -> bool {
+        std::mem::take(&mut self.inner.lock().expect("ordering state lock").woken)
     }
 
     /// The claims from now on are those of a `relay --once` run: a due pass without the floor

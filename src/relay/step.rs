@@ -548,7 +548,7 @@ impl Relay {
                 }
             }
         }
-        if !ordering.is_active() {
+        if !ordering.is_active() || (beside && !rested && self.ordering.take_woken()) {
             return Ok(Claimed {
                 ordered_from: unordered.rows.len(),
                 rows: unordered.rows,
