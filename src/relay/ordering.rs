@@ -13,8 +13,9 @@
 //! snapshots: a producer's row not yet committed then is not put below the floor). A row that
 //! becomes pending below the floor (a requeue, a newly ordered type, a row whose id was taken
 //! before its transaction had an xid) is found by a pass without the floor
-//! ([`FULL_PASS_COST_FACTOR`] times as long after the last one as that one's claims took; the
-//! relay's rule for a claim from the start, [`crate::relay::cursor`]); until then its key is not
+//! ([`FULL_PASS_COST_FACTOR`] times as long after the last one as that one's claims took, the
+//! relay's rule for a claim from the start, [`crate::relay::cursor`]; at most
+//! [`FULL_PASS_AT_MOST`]); until then its key is not
 //! claimed at all (the claim checks each head for a pending row of its key at or below the floor),
 //! so no later row of the key overtakes it. `relay --once` saves the floor, and that pass's time
 //! and duration, in `outbox_relay_floor` (migration 11) for the next run, and makes a due pass

@@ -1645,3 +1645,29 @@ async fn beside_an_ordered_backlog_the_unordered_claim_rests_after_taking_nothin
         "{unordered} unordered claims beside {ordered} ordered ones"
     );
 }
+
+/// A `relay --once` run whose events are all of ordered types: its unordered claim, which takes
+/// nothing, leaves a cursor at its `now()` for the next run (without it such runs had none and
+/// each started at the start, walking every dead entry); and once the ordered claim comes back
+/// short the run makes the unordered claim alone, not another pass over the keys.
+#[tokio::test]
+async fn a_run_of_ordered_events_only_saves_an_unordered_cursor_and_walks_the_keys_twice() {
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
+    insert(&db, "order", "k", 1, false).await;
+    let out = db
+        .cmd()
+        .args(["relay", "--once", "--sink", "null", "--mode", "tx"])
+        .env("OUTBOXCTL_LOG", "sqlx::query=debug")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(pending(&db).await, 0);
+    let log = stderr(&out);
+    // The pass that claimed, and the one after it that raises the floor: no third.
+    assert_eq!(log.matches("summary=\"WITH RECURSIVE walk").count(), 2);
+    let recent: bool = db
+        .scalar("SELECT available_at > now() - interval '1 minute' FROM outbox_relay_floor")
+        .await;
+    assert!(recent, "the unordered cursor saved at the run's time");
+}
