@@ -277,6 +277,18 @@ impl OrderingState {
         })
     }
 
+    /// Ordered rows from id `min` on that a claim took may be pending again (a failed publish
+    /// scheduled for a retry, rows given back, a rollback, a lost claim). The claim left the
+    /// heads it took out of its [`sql::OrderedClaim::walk_min`], so the floor may have risen past
+    /// them; it goes back below `min` at once, and the pass under way ends no higher.
+    pub fn gave_back(&self, min: i64) {
+        let mut inner = self.inner.lock().expect("ordering state lock");
+        if inner.floor > 0 {
+            inner.floor = inner.floor.min(min.saturating_sub(1)).max(0);
+        }
+        inner.pass.min = Some(inner.pass.min.map_or(min, |p| p.min(min)));
+    }
+
     /// Takes in a claim made from `from` that took `took`: where the next one goes on, and
     /// whether it should be made at once. Past the last key the walk goes round to the first
     /// again, unless the pass that just ended (from the first key to the last, over as many
@@ -294,7 +306,10 @@ impl OrderingState {
         if let Some((xmin, _)) = claim.xids {
             inner.pass.xmin = Some(xmin);
         }
-        if let Some(m) = claim.walk_min {
+        // A claim that began above today's floor (it was lowered while the claim ran:
+        // [`OrderingState::gave_back`]) did not read the ids between the two.
+        let unread = (from.floor > inner.floor).then_some(inner.floor + 1);
+        for m in [claim.walk_min, unread].into_iter().flatten() {
             inner.pass.min = Some(inner.pass.min.map_or(m, |p| p.min(m)));
         }
         let wrapped = claim.cursor == Cursor::default();
@@ -521,5 +536,25 @@ mod tests {
             Duration::from_secs(10),
             "the pass without the floor"
         );
+    }
+
+    #[test]
+    fn rows_given_back_lower_the_floor_and_a_claim_begun_above_it_does_not_raise_it_again() {
+        let s = OrderingState::default();
+        pass(&s, 0, None, 100);
+        assert_eq!(s.start().floor, 100);
+        s.inner.lock().unwrap().pass = Pass::default();
+        // A claim begins with the floor at 100; meanwhile a step gives back ids from 60 on (a
+        // failed publish retried later): the floor goes below them at once.
+        let begun = s.start();
+        s.gave_back(60);
+        assert_eq!(s.inner.lock().unwrap().floor, 59);
+        // A claim beside it ends that pass, having found them pending.
+        s.advance(&s.start(), &seen(0, Cursor::default(), Some(60), 120), MS);
+        assert_eq!(s.inner.lock().unwrap().floor, 59);
+        // The claim begun above it ends the next pass having found nothing pending above 100:
+        // it did not read ids 60 to 100, so the floor stays.
+        s.advance(&begun, &seen(0, Cursor::default(), None, 120), MS);
+        assert_eq!(s.start().floor, 59);
     }
 }

@@ -135,6 +135,22 @@ struct StepOf<'a> {
     limit: i64,
     ctl: PublishCtl,
     claimed: &'a (dyn Fn(ClaimNotice) + Sync),
+    /// The least id of the ordered rows its claim took (`i64::MAX`: none).
+    ordered_min: std::sync::atomic::AtomicI64,
+}
+
+impl StepOf<'_> {
+    fn took_ordered(&self, rows: &[ClaimedRow]) {
+        if let Some(min) = rows.iter().map(|r| r.id).min() {
+            self.ordered_min
+                .fetch_min(min, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn ordered_min(&self) -> Option<i64> {
+        let min = self.ordered_min.load(std::sync::atomic::Ordering::Relaxed);
+        (min != i64::MAX).then_some(min)
+    }
 }
 
 /// How a claim is made.
@@ -206,6 +222,7 @@ impl Relay {
             limit,
             ctl,
             claimed,
+            ordered_min: std::sync::atomic::AtomicI64::new(i64::MAX),
         };
         let result = match self.cfg.mode {
             Mode::Lease => self.step_lease(&step).await,
@@ -220,6 +237,14 @@ impl Relay {
         };
         if gave_back {
             self.start.rescan();
+        }
+        // Ordered rows that are not out may be pending again below the walk's floor.
+        let all_out = match &result {
+            Ok(r) => r.published + r.dead_lettered >= r.claimed,
+            Err(_) => false,
+        };
+        if let (false, Some(min)) = (all_out, step.ordered_min()) {
+            self.ordering.gave_back(min);
         }
         result
     }
@@ -236,7 +261,7 @@ impl Relay {
                 return Ok(Report::default());
             }
             let result = conn
-                .run(async |c| self.claim(c, step.limit, ClaimMode::Lease { token }).await)
+                .run(async |c| self.claim(c, step, ClaimMode::Lease { token }).await)
                 .await
                 .and_then(|claim| self.failpoint_lose_claim_reply(claim));
             match result {
@@ -334,7 +359,7 @@ impl Relay {
         step: &StepOf<'_>,
     ) -> Result<Report, StepError> {
         let mut tx = conn.begin().await?;
-        let claim = self.claim(&mut tx, step.limit, ClaimMode::Tx).await?;
+        let claim = self.claim(&mut tx, step, ClaimMode::Tx).await?;
         let (mut report, published) = self.publish_claimed(claim, step).await;
         let Some((rows, sorted)) = published else {
             tx.commit().await?;
@@ -512,9 +537,10 @@ impl Relay {
     async fn claim(
         &self,
         conn: &mut sqlx::PgConnection,
-        limit: i64,
+        step: &StepOf<'_>,
         mode: ClaimMode,
     ) -> sqlx::Result<Claimed> {
+        let limit = step.limit;
         let (ordering, event) = self.ordering.current(conn).await?;
         let limit = self.limit(limit);
         let filter = if ordering.is_active() {
@@ -568,6 +594,7 @@ impl Relay {
         let started = tokio::time::Instant::now();
         let ordered =
             ordered_sql::claim(conn, &how, limit, limit.rows, min_keys, &ordering, &from).await?;
+        step.took_ordered(&ordered.rows);
         let mut more = self.ordering.advance(&from, &ordered, started.elapsed());
         if rested && !more {
             self.ordering.wake_unordered();

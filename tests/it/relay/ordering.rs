@@ -22,6 +22,9 @@ fn port_poison() -> u16 {
 fn port_skip() -> u16 {
     crate::support::port(18762)
 }
+fn port_retried() -> u16 {
+    crate::support::port(18765)
+}
 
 async fn pending(db: &TestDb) -> i64 {
     db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL")
@@ -734,7 +737,7 @@ async fn the_ordered_claim_is_planned_once_per_connection() {
     }
     let plans: Vec<(i64, i64)> = sqlx::query_as(
         "SELECT generic_plans, custom_plans FROM pg_prepared_statements
-          WHERE statement LIKE 'WITH RECURSIVE walk%' ORDER BY statement",
+          WHERE statement LIKE 'WITH RECURSIVE probe%' ORDER BY statement",
     )
     .fetch_all(&mut *c)
     .await
@@ -1638,7 +1641,7 @@ async fn beside_an_ordered_backlog_the_unordered_claim_rests_after_taking_nothin
     assert_eq!(pending(&db).await, 0, "everything went out, {other} too");
     let log = stderr(&out);
     let unordered = log.matches("summary=\"WITH t AS").count();
-    let ordered = log.matches("summary=\"WITH RECURSIVE walk").count();
+    let ordered = log.matches("summary=\"WITH RECURSIVE probe").count();
     assert!(ordered >= 60, "{ordered} ordered claims");
     assert!(
         unordered * 2 <= ordered,
@@ -1665,9 +1668,93 @@ async fn a_run_of_ordered_events_only_saves_an_unordered_cursor_and_walks_the_ke
     assert_eq!(pending(&db).await, 0);
     let log = stderr(&out);
     // The pass that claimed, and the one after it that raises the floor: no third.
-    assert_eq!(log.matches("summary=\"WITH RECURSIVE walk").count(), 2);
+    assert_eq!(log.matches("summary=\"WITH RECURSIVE probe").count(), 2);
     let recent: bool = db
         .scalar("SELECT available_at > now() - interval '1 minute' FROM outbox_relay_floor")
         .await;
     assert!(recent, "the unordered cursor saved at the run's time");
+}
+
+/// Issue 30's starvation case for the ordered walk: a key's only event fails to publish and is
+/// scheduled for a retry. The claim took it, so its walk left it out of the least pending id it
+/// read, and the run's first pass raises the floor past it; the relay then lowers the floor below
+/// it itself (it gave the event back). The next `relay --once` run, once the backoff has passed
+/// and with no pass without the floor due for 200 minutes, publishes it (without that, the floor
+/// stayed above it and it waited for such a pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_event_behind_the_key_floor_goes_out_in_the_next_run() {
+    let db = TestDb::new().await;
+    run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
+    let failing = Arc::new(AtomicBool::new(true));
+    let f = Arc::clone(&failing);
+    let server = TestServer::start(port_retried(), move |r| {
+        if r.json()["payload"]["poison"] == Value::Bool(true) && f.load(AtomicOrdering::SeqCst) {
+            (500, vec![])
+        } else {
+            (200, vec![])
+        }
+    });
+    let url = server.url();
+    for mode in ["tx", "lease"] {
+        db.exec("DELETE FROM outbox; DELETE FROM outbox_relay_floor")
+            .await;
+        failing.store(true, AtomicOrdering::SeqCst);
+        let once = || {
+            let relay = ["relay", "--once", "--mode", mode, "--sink", &url];
+            run(
+                &db,
+                &[&relay[..], &["--backoff-base", "1h", "--backoff-max", "1h"]].concat(),
+                0,
+            )
+        };
+        // A first run leaves a floor at its event (set here too: it rises only once the
+        // transactions running when its pass began have ended, which other tests' may not have);
+        // a pass without it is not due for 200 minutes.
+        insert(&db, "order", &format!("{mode}-first"), 1, false).await;
+        once();
+        db.exec(
+            "UPDATE outbox_relay_floor SET key_floor = (SELECT max(id) FROM outbox),
+                    key_sweep_took = interval '10 minutes', key_swept_at = now()",
+        )
+        .await;
+        // Its key sorts first: a walk's last key always counts toward the least pending id.
+        let retried = insert(&db, "order", &format!("{mode}-k0"), 1, true).await;
+        for n in 1..=3 {
+            insert(&db, "order", &format!("{mode}-k{n}"), 1, false).await;
+        }
+        once();
+        let waits: bool = db
+            .scalar(&format!(
+                "SELECT attempt_count = 1 AND available_at > now() + interval '30 minutes'
+                   FROM outbox WHERE id = {retried} AND published_at IS NULL"
+            ))
+            .await;
+        assert!(
+            waits,
+            "{mode}: the event failed once and waits for its retry"
+        );
+        assert_eq!(pending(&db).await, 1, "{mode}: the other keys went out");
+        let floor: i64 = db.scalar("SELECT key_floor FROM outbox_relay_floor").await;
+        assert!(
+            floor < retried,
+            "{mode}: the saved floor {floor} is below {retried}"
+        );
+        // The backoff has passed; a pass without the floor is still not due.
+        db.exec(&format!(
+            "UPDATE outbox SET available_at = now() WHERE id = {retried}"
+        ))
+        .await;
+        failing.store(false, AtomicOrdering::SeqCst);
+        once();
+        assert_eq!(pending(&db).await, 0, "{mode}: the retried event went out");
+        let delivered: Vec<String> = server
+            .accepted()
+            .iter()
+            .map(|r| r.json()["aggregate_id"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(
+            delivered.contains(&format!("{mode}-k0")),
+            "{mode}: {delivered:?}"
+        );
+    }
 }
