@@ -12,6 +12,7 @@ pub mod docs;
 pub mod event;
 pub mod exit;
 pub mod json;
+pub mod lock;
 pub mod logging;
 pub mod ops;
 pub mod output;

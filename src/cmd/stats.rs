@@ -186,26 +186,33 @@ pub fn prometheus(r: &StatsReport) -> String {
         "Events published within the window before the figures were read.",
         recent,
     );
-    family(
-        "outboxctl_oldest_pending_age_seconds",
-        "Seconds since the oldest pending (ready, scheduled or in-flight) event was created; 0 when none is pending.",
-        each(&|f| f.oldest_pending_age_seconds),
-    );
-    family(
-        "outboxctl_oldest_pending_lag_seconds",
-        "Seconds the most overdue pending event has been late: a ready one since it fell due, one that failed before since it first fell due (its creation); one scheduled for later and never tried is not late; 0 when none is. What stats --check compares with --warn-lag/--crit-lag.",
-        each(&|f| f.oldest_pending_lag_seconds),
-    );
-    family(
-        "outboxctl_oldest_ready_lag_seconds",
-        "Seconds the oldest ready event has been due; 0 when none is ready.",
-        each(&|f| f.oldest_ready_lag_seconds),
-    );
-    family(
-        "outboxctl_oldest_ready_age_seconds",
-        "Seconds since the oldest ready event was created; 0 when none is ready.",
-        each(&|f| f.oldest_ready_age_seconds),
-    );
+    // The ages and lags, each a gauge of one sample per row: its name, its help, the row's value.
+    type Each = (&'static str, &'static str, fn(&Figures) -> f64);
+    let ages: [Each; 4] = [
+        (
+            "outboxctl_oldest_pending_age_seconds",
+            "Seconds since the oldest pending (ready, scheduled or in-flight) event was created; 0 when none is pending.",
+            |f| f.oldest_pending_age_seconds,
+        ),
+        (
+            "outboxctl_oldest_pending_lag_seconds",
+            "Seconds the most overdue pending event has been late: a ready one since it fell due, one that failed before since it first fell due (its creation); one scheduled for later and never tried is not late; 0 when none is. What stats --check compares with --warn-lag/--crit-lag.",
+            |f| f.oldest_pending_lag_seconds,
+        ),
+        (
+            "outboxctl_oldest_ready_lag_seconds",
+            "Seconds the oldest ready event has been due; 0 when none is ready.",
+            |f| f.oldest_ready_lag_seconds,
+        ),
+        (
+            "outboxctl_oldest_ready_age_seconds",
+            "Seconds since the oldest ready event was created; 0 when none is ready.",
+            |f| f.oldest_ready_age_seconds,
+        ),
+    ];
+    for (name, help, value) in ages {
+        family(name, help, each(&value));
+    }
     family(
         "outboxctl_next_due_timestamp_seconds",
         "Unix time at which the next scheduled event becomes due (absent when none is scheduled).",

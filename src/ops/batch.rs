@@ -6,7 +6,8 @@
 //! never changed twice.
 //!
 //! Each command keeps its own `--json` report type (its verb's count has its own field, and the
-//! reference pages document each); they are all built from one [`Tally`].
+//! reference pages document each); they are all declared by one macro and built from one
+//! [`Tally`].
 
 use std::time::{Duration, Instant};
 
@@ -123,107 +124,94 @@ impl Tally {
     }
 }
 
-/// What `dead discard` and `requeue` print with --json.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct DeadReport {
-    /// Run with `--dry-run`: nothing was changed.
-    pub dry_run: bool,
-    /// Dead events selected.
-    pub matched: u64,
-    /// Requeued or discarded.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub requeued: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub discarded: Option<u64>,
-    /// Selected, but no longer dead when their batch ran (requeued or discarded by someone else).
-    pub skipped: u64,
-    /// Statements (transactions) it took.
-    pub batches: u64,
-    /// Milliseconds the run took.
-    pub elapsed_ms: u64,
-    /// The ids changed (not with --dry-run).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ids: Option<Vec<i64>>,
-    /// With --dry-run: exactly the events that would change.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub events: Option<Vec<EventRow>>,
-}
-
-impl DeadReport {
-    /// `requeue`'s report.
-    pub fn requeued(t: Tally) -> Self {
-        Self::of(t, true)
-    }
-
-    /// `dead discard`'s report.
-    pub fn discarded(t: Tally) -> Self {
-        Self::of(t, false)
-    }
-
-    fn of(t: Tally, requeued: bool) -> Self {
-        Self {
-            dry_run: t.dry_run,
-            matched: t.matched,
-            requeued: requeued.then_some(t.done),
-            discarded: (!requeued).then_some(t.done),
-            skipped: t.skipped,
-            batches: t.batches,
-            elapsed_ms: t.elapsed_ms,
-            ids: t.ids,
-            events: t.events,
+/// Declares the `--json` report of two commands that share a batched change, built from a
+/// [`Tally`]: each command's count has a field of its own (`$first` or `$second`, the other one
+/// absent) and a constructor of the same name; the docs of what is selected, of the counts and
+/// of what is skipped are each report's own.
+macro_rules! tally_report {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(#[$matched:meta])* matched;
+            $(#[$count:meta])* $first:ident: $first_cmd:literal, $second:ident: $second_cmd:literal;
+            $(#[$skipped:meta])* skipped;
         }
-    }
-}
-
-/// What `events cancel` and `events reschedule` print with --json when they select by filters.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct FilterReport {
-    /// Run with `--dry-run`: nothing was changed.
-    dry_run: bool,
-    /// Events the filters selected.
-    matched: u64,
-    /// Cancelled (deleted) or rescheduled; with --dry-run 0.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cancelled: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rescheduled: Option<u64>,
-    /// Selected, but no longer in a state to act on when their batch ran.
-    skipped: u64,
-    /// Statements (transactions) it took.
-    batches: u64,
-    /// Milliseconds the run took.
-    elapsed_ms: u64,
-    /// The ids changed (not with --dry-run).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ids: Option<Vec<i64>>,
-    /// With --dry-run: exactly the events that would change.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    events: Option<Vec<EventRow>>,
-}
-
-impl FilterReport {
-    /// `events cancel`'s report.
-    pub fn cancelled(t: Tally) -> Self {
-        Self::of(t, true)
-    }
-
-    /// `events reschedule`'s report.
-    pub fn rescheduled(t: Tally) -> Self {
-        Self::of(t, false)
-    }
-
-    fn of(t: Tally, cancelled: bool) -> Self {
-        Self {
-            dry_run: t.dry_run,
-            matched: t.matched,
-            cancelled: cancelled.then_some(t.done),
-            rescheduled: (!cancelled).then_some(t.done),
-            skipped: t.skipped,
-            batches: t.batches,
-            elapsed_ms: t.elapsed_ms,
-            ids: t.ids,
-            events: t.events,
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Serialize, schemars::JsonSchema)]
+        pub struct $name {
+            /// Run with `--dry-run`: nothing was changed.
+            pub dry_run: bool,
+            $(#[$matched])*
+            pub matched: u64,
+            $(#[$count])*
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub $first: Option<u64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub $second: Option<u64>,
+            $(#[$skipped])*
+            pub skipped: u64,
+            /// Statements (transactions) it took.
+            pub batches: u64,
+            /// Milliseconds the run took.
+            pub elapsed_ms: u64,
+            /// The ids changed (not with --dry-run).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub ids: Option<Vec<i64>>,
+            /// With --dry-run: exactly the events that would change.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub events: Option<Vec<EventRow>>,
         }
+
+        impl $name {
+            #[doc = concat!("`", $first_cmd, "`'s report.")]
+            pub fn $first(t: Tally) -> Self {
+                Self::of(t, true)
+            }
+
+            #[doc = concat!("`", $second_cmd, "`'s report.")]
+            pub fn $second(t: Tally) -> Self {
+                Self::of(t, false)
+            }
+
+            fn of(t: Tally, first: bool) -> Self {
+                Self {
+                    dry_run: t.dry_run,
+                    matched: t.matched,
+                    $first: first.then_some(t.done),
+                    $second: (!first).then_some(t.done),
+                    skipped: t.skipped,
+                    batches: t.batches,
+                    elapsed_ms: t.elapsed_ms,
+                    ids: t.ids,
+                    events: t.events,
+                }
+            }
+        }
+    };
+}
+
+tally_report! {
+    /// What `dead discard` and `requeue` print with --json.
+    pub struct DeadReport {
+        /// Dead events selected.
+        matched;
+        /// Requeued or discarded.
+        requeued: "requeue", discarded: "dead discard";
+        /// Selected, but no longer dead when their batch ran (requeued or discarded by someone else).
+        skipped;
+    }
+}
+
+tally_report! {
+    /// What `events cancel` and `events reschedule` print with --json when they select by filters.
+    pub struct FilterReport {
+        /// Events the filters selected.
+        matched;
+        /// Cancelled (deleted) or rescheduled; with --dry-run 0.
+        cancelled: "events cancel", rescheduled: "events reschedule";
+        /// Selected, but no longer in a state to act on when their batch ran.
+        skipped;
     }
 }
 

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use crate::db::floor::{Floor, Saved};
 use crate::db::relay::{Claim, Position};
+use crate::lock::lock;
 
 /// A claim from the start once this many times the last one's duration has passed.
 pub const RESCAN_COST_FACTOR: u32 = 20;
@@ -105,7 +106,7 @@ impl ClaimStart {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// Where the next claim starts: just after the cursor, or (`None`) at the start of the ready
@@ -281,6 +282,18 @@ mod tests {
         }
     }
 
+    /// The claim start of a `relay --once` run.
+    fn once() -> ClaimStart {
+        let s = ClaimStart::default();
+        s.run_once();
+        s
+    }
+
+    /// The last claim from the start took `took` and was made long enough ago that one is due.
+    fn rescan_due(s: &ClaimStart, took: Duration) {
+        s.state().last_full = Some((Instant::now() - took * RESCAN_COST_FACTOR, took));
+    }
+
     #[test]
     fn claims_go_on_from_the_cursor_and_rescan_from_the_start_when_due() {
         let s = ClaimStart::default();
@@ -294,13 +307,13 @@ mod tests {
         assert!(!s.after(Some(at(20)), quick, &claim(Some(25)), false));
         assert_eq!(s.next(), Some(at(25)));
         // Once the bound has passed, the next claim starts at the start.
-        s.state().last_full = Some((Instant::now() - quick * RESCAN_COST_FACTOR, quick));
+        rescan_due(&s, quick);
         assert_eq!(s.next(), None);
         // A short claim from the start keeps the cursor ahead.
         assert!(!s.after(None, quick, &claim(Some(3)), false));
         assert_eq!(s.next(), Some(at(25)));
         // A full one goes on from where it ended.
-        s.state().last_full = Some((Instant::now() - quick * RESCAN_COST_FACTOR, quick));
+        rescan_due(&s, quick);
         assert!(!s.after(None, quick, &claim(Some(5)), true));
         assert_eq!(s.next(), Some(at(5)));
     }
@@ -313,7 +326,7 @@ mod tests {
         // 20 x 200 ms = 4 s: not due after 1 s.
         s.state().last_full = Some((Instant::now() - Duration::from_secs(1), slow));
         assert_eq!(s.next(), Some(at(1)));
-        s.state().last_full = Some((Instant::now() - slow * RESCAN_COST_FACTOR, slow));
+        rescan_due(&s, slow);
         assert_eq!(s.next(), None);
     }
 
@@ -327,8 +340,7 @@ mod tests {
 
     #[test]
     fn once_sweeps_from_its_first_row_after_a_short_claim_from_the_cursor() {
-        let s = ClaimStart::default();
-        s.run_once();
+        let s = once();
         let quick = Duration::from_secs(60);
         assert!(!s.after(None, quick, &taken(5, 10), true));
         assert!(!s.after(Some(at(10)), quick, &claim(Some(20)), true));
@@ -357,11 +369,10 @@ mod tests {
 
     #[test]
     fn once_rescans_from_the_start_instead_when_one_is_due() {
-        let s = ClaimStart::default();
-        s.run_once();
+        let s = once();
         let quick = Duration::from_millis(1);
         s.after(None, quick, &taken(5, 10), true);
-        s.state().last_full = Some((Instant::now() - quick * RESCAN_COST_FACTOR, quick));
+        rescan_due(&s, quick);
         assert!(s.after(Some(at(10)), quick, &claim(Some(12)), false));
         assert_eq!(s.next(), None);
     }
@@ -376,8 +387,7 @@ mod tests {
 
     #[test]
     fn a_resumed_run_starts_at_the_saved_floor_and_claims_from_the_start_last_when_due() {
-        let s = ClaimStart::default();
-        s.run_once();
+        let s = once();
         let took = Duration::from_millis(200);
         // The last claim from the start was 20 x 200 ms ago: one is due, but new events first.
         s.resume(saved(100, took * RESCAN_COST_FACTOR, took));
@@ -406,8 +416,7 @@ mod tests {
 
     #[test]
     fn a_resumed_run_whose_first_claim_is_short_ends_without_a_second_look_when_none_is_due() {
-        let s = ClaimStart::default();
-        s.run_once();
+        let s = once();
         let took = Duration::from_millis(200);
         s.resume(saved(100, Duration::from_millis(10), took));
         assert_eq!(s.next(), Some(at(100)));
@@ -426,8 +435,7 @@ mod tests {
 
     #[test]
     fn a_short_claim_from_the_start_stands_for_the_sweep() {
-        let s = ClaimStart::default();
-        s.run_once();
+        let s = once();
         let took = Duration::from_millis(200);
         s.resume(saved(100, took * RESCAN_COST_FACTOR, took));
         assert!(s.after(Some(at(100)), took, &claim(Some(120)), false));
@@ -441,13 +449,11 @@ mod tests {
 
     #[test]
     fn nothing_is_saved_without_the_table_or_while_rows_wait_behind_the_cursor() {
-        let s = ClaimStart::default();
-        s.run_once();
+        let s = once();
         s.resume(Saved::NoTable);
         s.after(None, Duration::from_millis(1), &taken(1, 5), false);
         assert_eq!(s.to_save(), None, "an older schema: nothing saved");
-        let s = ClaimStart::default();
-        s.run_once();
+        let s = once();
         s.resume(Saved::Empty);
         s.after(None, Duration::from_millis(1), &taken(1, 5), false);
         assert_eq!(s.to_save().map(|f| f.at), Some(at(5)));
@@ -475,7 +481,7 @@ mod tests {
             "the next claim starts where this one did"
         );
         // From the start: the next claim starts at the start again.
-        s.state().last_full = Some((Instant::now() - quick * RESCAN_COST_FACTOR, quick));
+        rescan_due(&s, quick);
         assert!(!s.after(None, quick, &left(1, 30), true));
         assert_eq!(s.next(), None);
     }

@@ -277,12 +277,12 @@ trait Flavour {
     }
 
     /// The limit of the next step and whether it is a probe, or `None` to start none now.
+    /// Not asked once shutdown has begun: then no step starts.
     fn next_step(
         &mut self,
         relay: &Relay,
         turn: &mut Turn,
         pipe: &Pipeline<'_>,
-        shutdown: &CancellationToken,
     ) -> Option<(u32, bool)>;
 
     /// After a step's report was emitted and counted.
@@ -344,7 +344,12 @@ async fn run(relay: &Relay, flavour: &mut impl Flavour, shutdown: &CancellationT
             && pipe.len() < room
             && pipe.may_start_another()
         {
-            let Some((limit, probe)) = flavour.next_step(relay, &mut turn, &pipe, shutdown) else {
+            // After shutdown, the run ends once the steps in flight are done.
+            if shutdown.is_cancelled() {
+                turn.end = Some(Ok(()));
+                break;
+            }
+            let Some((limit, probe)) = flavour.next_step(relay, &mut turn, &pipe) else {
                 break;
             };
             pipe.start(limit, probe);
@@ -395,12 +400,7 @@ impl Flavour for OnceRun {
         relay: &Relay,
         turn: &mut Turn,
         pipe: &Pipeline<'_>,
-        shutdown: &CancellationToken,
     ) -> Option<(u32, bool)> {
-        if shutdown.is_cancelled() {
-            turn.end = Some(Ok(()));
-            return None;
-        }
         if self
             .limits
             .max_duration
@@ -539,16 +539,7 @@ impl Flavour for DaemonRun<'_> {
         }
     }
 
-    fn next_step(
-        &mut self,
-        relay: &Relay,
-        _: &mut Turn,
-        _: &Pipeline<'_>,
-        shutdown: &CancellationToken,
-    ) -> Option<(u32, bool)> {
-        if shutdown.is_cancelled() {
-            return None;
-        }
+    fn next_step(&mut self, relay: &Relay, _: &mut Turn, _: &Pipeline<'_>) -> Option<(u32, bool)> {
         let limit = self
             .circuit
             .as_ref()

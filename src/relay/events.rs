@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::metrics as m;
 use super::{Mode, Report};
+use crate::lock::lock;
 
 /// Something worth a log line.
 #[derive(Debug, Clone, PartialEq)]
@@ -366,7 +367,7 @@ impl RateLimitedWarn {
 
     /// Records `n` failures; logs them (and those suppressed since the last line) when due.
     fn emit(&self, n: u64, error: &str) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = lock(&self.state);
         st.1 += n;
         if st.0.is_some_and(|t| t.elapsed() < FAILURE_WARN_EVERY) {
             return;

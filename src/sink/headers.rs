@@ -17,6 +17,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use super::Event;
+use crate::lock::lock;
 
 /// Longest header name sent (AMQP field names are short strings of at most 255 bytes).
 pub const MAX_NAME_BYTES: usize = 255;
@@ -200,7 +201,7 @@ impl HeaderPolicy {
     fn warn(&self, e: &Event, name: &str, skip: Skip) {
         let key: String = name.to_ascii_lowercase().chars().take(64).collect();
         {
-            let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+            let mut warned = lock(&self.warned);
             if warned.contains(&key) {
                 return;
             }

@@ -43,6 +43,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use super::headers::{self, HeaderPolicy};
 use super::template::Template;
 use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
+use crate::lock::lock;
 
 /// Topic template used when the URL has no `topic` parameter (Debezium's default).
 pub const DEFAULT_TOPIC: &str = "outbox.event.{aggregate_type}";
@@ -136,11 +137,7 @@ impl ClientContext for Ctx {
             self.0.rebuild.store(true, Ordering::SeqCst);
         }
         let code = code.unwrap_or(RDKafkaErrorCode::Unknown);
-        let mut last = self
-            .0
-            .last_problem
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.0.last_problem);
         if last.as_ref().map(|(c, _)| *c) != Some(code) {
             tracing::warn!(sink = "kafka", problem = %reason, "Kafka connection problem");
         }
@@ -359,12 +356,12 @@ impl KafkaSink {
     /// idempotence state can no longer be trusted and librdkafka refuses further produces) or
     /// timed out a whole batch.
     fn producer(&self) -> Arc<FutureProducer<Ctx>> {
-        let mut current = self.producer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = lock(&self.producer);
         if self.state.rebuild.swap(false, Ordering::SeqCst) {
             match create(&self.config, &self.state, &[]) {
                 Ok(p) => {
                     self.state.delivered.store(false, Ordering::SeqCst);
-                    *self.state.born.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    *lock(&self.state.born) = Instant::now();
                     tracing::info!(
                         sink = "kafka",
                         "a new Kafka producer takes over (the last one hit a fatal error or a whole batch timed out)"
@@ -426,11 +423,7 @@ impl KafkaSink {
             | C::ClusterAuthorizationFailed
             | C::Authentication
             | C::SaslAuthenticationFailed => {
-                let first = self
-                    .warned_topics
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert((topic.to_owned(), code as i32));
+                let first = lock(&self.warned_topics).insert((topic.to_owned(), code as i32));
                 if first {
                     tracing::warn!(
                         sink = "kafka",
@@ -476,11 +469,7 @@ impl KafkaSink {
             | C::OutOfOrderSequenceNumber
             | C::UnknownProducerId
             | C::InvalidProducerEpoch => {
-                let last = self
-                    .state
-                    .last_problem
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                let last = lock(&self.state.last_problem)
                     .as_ref()
                     .map(|(_, r)| format!("; last broker problem: {r}"))
                     .unwrap_or_default();
@@ -653,11 +642,7 @@ impl Sink for KafkaSink {
         }
         if outcomes.iter().any(|o| matches!(o, Outcome::Published)) {
             self.state.delivered.store(true, Ordering::SeqCst);
-            *self
-                .state
-                .last_problem
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = None;
+            *lock(&self.state.last_problem) = None;
         } else if timed_out {
             // Every delivery of the batch failed and some timed out: the idempotent producer now
             // has to bump its epoch with the broker, which a broker that lost its state in a
@@ -665,12 +650,7 @@ impl Sink for KafkaSink {
             // A new producer starts a new idempotence session; nothing is lost, the rows are
             // given back. Not a producer that may still be connecting: see
             // [`rebuild_after_timeout`].
-            let age = self
-                .state
-                .born
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .elapsed();
+            let age = lock(&self.state.born).elapsed();
             if rebuild_after_timeout(self.state.delivered.load(Ordering::SeqCst), age) {
                 self.state.rebuild.store(true, Ordering::SeqCst);
             } else {

@@ -14,6 +14,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
 use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
+use crate::lock::lock;
 
 /// Where a [`Writer`] writes: one batch at a time, whole or not at all where it can.
 pub trait Target: Send + 'static {
@@ -142,11 +143,7 @@ impl Writer {
             return Outcome::Failed(self.stalled_error(n, timeout));
         }
         let (done, result) = tokio::sync::oneshot::channel();
-        let sent = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(Job::Write { buf, done });
+        let sent = lock(&self.jobs).send(Job::Write { buf, done });
         if sent.is_err() {
             return Outcome::Failed(SinkError::unavailable(format!(
                 "{}: the writer thread is gone",
@@ -172,11 +169,7 @@ impl Writer {
     /// `timeout` (a write stuck on a full disk holds the thread).
     pub async fn reopen(&self, timeout: Duration) -> io::Result<()> {
         let (done, result) = tokio::sync::oneshot::channel();
-        let sent = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(Job::Reopen { done });
+        let sent = lock(&self.jobs).send(Job::Reopen { done });
         if sent.is_err() {
             return Err(io::Error::other("the writer thread is gone"));
         }

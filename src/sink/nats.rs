@@ -22,6 +22,7 @@ use async_nats::jetstream;
 use super::headers::{self, HeaderPolicy};
 use super::template::Template;
 use super::{publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
+use crate::lock::lock;
 
 pub struct NatsSink {
     js: jetstream::Context,
@@ -273,11 +274,7 @@ impl NatsSink {
             K::MaxPayloadExceeded => SinkError::Permanent(format!("NATS: {err}")),
             K::StreamNotFound => no_stream(subject),
             K::TimedOut => {
-                let cause = self
-                    .problems
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .cause(subject, self.recent);
+                let cause = lock(&self.problems).cause(subject, self.recent);
                 match cause {
                     Some(AckCause::Denied(text)) => SinkError::backpressure(format!(
                         "NATS: the server refuses publishing to `{subject}` ({text}): grant the user publish permission on it; its events wait, no attempt counted"
@@ -333,7 +330,7 @@ fn classify_jetstream(subject: &str, e: &jetstream::Error) -> SinkError {
 /// Server errors (`-ERR`, e.g. a permissions violation) are kept for the cause of an ack that
 /// never comes, and said at WARN like the connection's problems.
 fn log_connection_event(problems: &Mutex<Problems>, event: &async_nats::Event) {
-    let mut p = problems.lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = lock(problems);
     match event {
         async_nats::Event::Connected => {
             if p.connection.take().is_some() {
