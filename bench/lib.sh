@@ -7,6 +7,10 @@ export DATABASE_URL
 # q ARGS...: psql on DATABASE_URL, quiet, tuples only and unaligned, stopping at the first error.
 q() { psql -qAt "$DATABASE_URL" -v ON_ERROR_STOP=1 "$@"; }
 
+# qv ARGS...: psql on DATABASE_URL as a person reads it (aligned, headers: plans, tables), no
+# psqlrc, stopping at the first error.
+qv() { psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -X -q "$@"; }
+
 # bench_fresh BIN SCHEMA: SCHEMA dropped if it is there, then migrated by the binary BIN.
 bench_fresh() {
   q -c "DROP SCHEMA IF EXISTS $2 CASCADE" >/dev/null 2>&1

@@ -19,7 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
+source bench/lib.sh
+URL=$DATABASE_URL
 SCHEMA=${BENCH_SCHEMA:-bench_prune}
 PUBLISHED=${PUBLISHED:-5000000}
 BACKLOG=${BACKLOG:-10000}
@@ -27,7 +28,6 @@ RELAYS=${RELAYS:-0}
 BATCH=${BATCH:-5000}
 STALE=${STALE:-0}
 
-psql_() { psql "$URL" -v ON_ERROR_STOP=1 -X -q "$@"; }
 
 if [ -z "${BIN:-}" ]; then
   cargo build --release --quiet
@@ -40,14 +40,14 @@ relay_pids=()
 cleanup() {
   for p in "${relay_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  psql_ -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE"
+  qv -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE"
 }
 trap cleanup EXIT
 
 echo "== loading $PUBLISHED published and $BACKLOG pending rows into schema $SCHEMA"
-psql_ -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE"
+qv -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE"
 "$BIN" migrate
-psql_ -c "SET search_path TO $SCHEMA" -c "
+qv -c "SET search_path TO $SCHEMA" -c "
   INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
                       idempotency_key, created_at, available_at, published_at, attempt_count)
   SELECT '00000000-0000-0000-0000-000000000001', 'order', 'o-' || g, 'order.placed',
@@ -63,12 +63,12 @@ psql_ -c "SET search_path TO $SCHEMA" -c "
   -c "VACUUM ANALYZE outbox"
 if [ "$STALE" = 1 ]; then
   echo "== stale statistics: ANALYZE while the rows are pending, then publish them (autovacuum off)"
-  psql_ -c "SET search_path TO $SCHEMA" -c "ALTER TABLE outbox SET (autovacuum_enabled = false)" \
+  qv -c "SET search_path TO $SCHEMA" -c "ALTER TABLE outbox SET (autovacuum_enabled = false)" \
     -c "UPDATE outbox SET published_at = NULL WHERE published_at IS NOT NULL" -c "ANALYZE outbox" \
     -c "UPDATE outbox SET published_at = available_at + interval '50 ms'
          WHERE idempotency_key NOT LIKE 'pending-%'"
 fi
-psql_ -At -c "SET search_path TO $SCHEMA" -c "
+qv -At -c "SET search_path TO $SCHEMA" -c "
   SELECT format('heap %s, outbox_published_at_idx %s, rows %s',
                 pg_size_pretty(pg_relation_size('outbox')),
                 pg_size_pretty(pg_relation_size('outbox_published_at_idx')),
@@ -76,7 +76,7 @@ psql_ -At -c "SET search_path TO $SCHEMA" -c "
 
 # The batch statement as db::prune::DELETE_PUBLISHED writes it (keep the two in step).
 echo "== plan of one batch (rolled back)"
-psql_ -c "SET search_path TO $SCHEMA" -c "BEGIN" -c "
+qv -c "SET search_path TO $SCHEMA" -c "BEGIN" -c "
   EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
   WITH d AS (
       DELETE FROM outbox
@@ -107,10 +107,10 @@ grep -o 'ms=[0-9]*' "$log" | cut -d= -f2 | sort -n |
 rm -f "$log"
 
 if [ "$RELAYS" -gt 0 ]; then
-  until [ "$(psql_ -At -c "SELECT count(*) FROM $SCHEMA.outbox WHERE published_at IS NULL")" = 0 ]; do
+  until [ "$(qv -At -c "SELECT count(*) FROM $SCHEMA.outbox WHERE published_at IS NULL")" = 0 ]; do
     sleep 0.5
   done
 fi
-left=$(psql_ -At -c "SELECT count(*) FROM $SCHEMA.outbox")
+left=$(qv -At -c "SELECT count(*) FROM $SCHEMA.outbox")
 echo "== rows left: $left (the $BACKLOG pending rows, published by now if RELAYS > 0)"
 [ "$left" = "$BACKLOG" ] || { echo "expected $BACKLOG rows to survive" >&2; exit 1; }

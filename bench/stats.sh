@@ -16,7 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
+source bench/lib.sh
+URL=$DATABASE_URL
 SCHEMA=${BENCH_SCHEMA:-bench_stats}
 PUBLISHED=${PUBLISHED:-10000000}
 BACKLOG=${BACKLOG:-100000}
@@ -26,7 +27,6 @@ LOAD=${LOAD:-1}
 KEEP=${KEEP:-0}
 ROLE=outboxctl_bench
 
-psql_() { psql "$URL" -v ON_ERROR_STOP=1 -X -q "$@"; }
 ms() { date +%s%3N; }
 
 # BIN=path/to/outboxctl compares another build (e.g. an older commit's) on the same data.
@@ -38,20 +38,20 @@ export OUTBOXCTL_SCHEMA=$SCHEMA NO_COLOR=1 COLUMNS=120
 unset OUTBOXCTL_LOG RUST_LOG
 
 cleanup() {
-  psql_ -c "DROP OWNED BY $ROLE" -c "DROP ROLE IF EXISTS $ROLE" >/dev/null 2>&1 || true
-  if [ "$KEEP" = 0 ]; then psql_ -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE"; fi
+  qv -c "DROP OWNED BY $ROLE" -c "DROP ROLE IF EXISTS $ROLE" >/dev/null 2>&1 || true
+  if [ "$KEEP" = 0 ]; then qv -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE"; fi
 }
 trap cleanup EXIT
 
 if [ "$LOAD" = 1 ]; then
   echo "== loading $PUBLISHED published, $BACKLOG pending, $DEAD dead rows into schema $SCHEMA"
-  psql_ -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE"
+  qv -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE"
   DATABASE_URL=$URL "$BIN" migrate
   t0=$(ms)
   chunk=1000000
   for ((lo = 1; lo <= PUBLISHED; lo += chunk)); do
     hi=$((lo + chunk - 1)); ((hi > PUBLISHED)) && hi=$PUBLISHED
-    psql_ -c "SET search_path TO $SCHEMA" -c "
+    qv -c "SET search_path TO $SCHEMA" -c "
       INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
                           idempotency_key, created_at, available_at, attempt_count, published_at)
       SELECT ('00000000-0000-0000-0000-00000000000' || (g % 10))::uuid, 'order', 'o-' || g,
@@ -62,7 +62,7 @@ if [ "$LOAD" = 1 ]; then
              LATERAL (SELECT now() - interval '30 days' * (1 - g::float8 / $PUBLISHED)) AS t(ts)"
     echo "   $hi published rows ($(( ($(ms) - t0) / 1000 ))s)"
   done
-  psql_ -c "SET search_path TO $SCHEMA" -c "
+  qv -c "SET search_path TO $SCHEMA" -c "
     INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
                         idempotency_key, created_at, available_at, locked_until, attempt_count)
     SELECT ('00000000-0000-0000-0000-00000000000' || (g % 10))::uuid, 'order', 'b-' || g,
@@ -80,10 +80,10 @@ if [ "$LOAD" = 1 ]; then
            'd-' || g, 10, now() - interval '1 day', 'HTTP 500'
       FROM generate_series(1, $DEAD) g"
   echo "   pending and dead rows ($(( ($(ms) - t0) / 1000 ))s); vacuum analyze"
-  psql_ -c "VACUUM (ANALYZE) $SCHEMA.outbox"
+  qv -c "VACUUM (ANALYZE) $SCHEMA.outbox"
 fi
 
-psql_ -c "SET search_path TO $SCHEMA" -c "
+qv -c "SET search_path TO $SCHEMA" -c "
   SELECT pg_size_pretty(pg_table_size('outbox')) AS heap,
          pg_size_pretty(pg_relation_size('outbox_ready_idx')) AS ready_idx,
          pg_size_pretty(pg_relation_size('outbox_dead_idx')) AS dead_idx,
@@ -101,8 +101,8 @@ for by in "" "--by event-type" "--by tenant"; do
 done
 
 echo "== plans of the statements outboxctl stats runs (EXPLAIN ANALYZE, BUFFERS via auto_explain)"
-psql_ -c "DROP OWNED BY $ROLE" -c "DROP ROLE IF EXISTS $ROLE" >/dev/null 2>&1 || true
-psql_ -c "CREATE ROLE $ROLE LOGIN" \
+qv -c "DROP OWNED BY $ROLE" -c "DROP ROLE IF EXISTS $ROLE" >/dev/null 2>&1 || true
+qv -c "CREATE ROLE $ROLE LOGIN" \
   -c "GRANT USAGE ON SCHEMA $SCHEMA TO $ROLE" \
   -c "GRANT SELECT ON ALL TABLES IN SCHEMA $SCHEMA TO $ROLE" \
   -c "ALTER ROLE $ROLE SET session_preload_libraries = 'auto_explain'" \

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::relay::RetryArgs;
+use super::relay::{LeaseArgs, RetryArgs, SinkArgs};
 use super::shared::{threshold_pair, DatabaseArgs, OutputArgs};
 use super::values::parse_nonzero_duration;
 
@@ -16,7 +16,8 @@ use super::values::parse_nonzero_duration;
 /// prepared transactions and replication slots holding back vacuum); relay daemons connected; dead
 /// letters and retrying events; the lag (the most overdue event); whether prune runs; and, when
 /// given the relay's settings, whether they contradict each other or the sink (a NATS stream's
-/// duplicate window shorter than the retry horizon). Reads only.
+/// duplicate window shorter than the retry horizon, its subject's placeholders filled with a
+/// sample value). Reads only.
 ///
 /// Every check that can run does: one whose reads fail (a missing privilege, someone else's
 /// `outbox` table) is a FAIL with the database's reason, in the text and in --json.
@@ -50,23 +51,16 @@ pub struct DoctorArgs {
     pub relay: DoctorRelayArgs,
 }
 
-/// The relay's settings `doctor` checks, under the relay's own variables.
+/// The relay's settings `doctor` checks: the relay's own flag groups, so the same flags and
+/// variables.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Relay settings to check")]
 pub struct DoctorRelayArgs {
-    /// The relay's --lease, to check against --publish-timeout (the relay's variable)
-    /// [default: the relay's, 30s].
-    #[arg(long, env = "OUTBOXCTL_LEASE", value_parser = parse_nonzero_duration, value_name = "DURATION")]
-    pub lease: Option<Duration>,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
 
-    /// The relay's --publish-timeout [default: half the lease].
-    #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION")]
-    pub publish_timeout: Option<Duration>,
-
-    /// The relay's --sink: for nats://, the stream capturing the subject must keep duplicates for
-    /// at least the retry horizon (placeholders in the subject are filled with a sample value).
-    #[arg(long, env = "OUTBOXCTL_SINK", value_name = "SINK")]
-    pub sink: Option<String>,
+    #[command(flatten)]
+    pub sink: SinkArgs,
 
     /// The relay's retry settings, for the retry horizon.
     #[command(flatten)]

@@ -45,7 +45,9 @@ pub use ordering::{
 };
 pub use prune::PruneArgs;
 pub use publish::PublishArgs;
-pub use relay::{RelayArgs, RelayMode, RetryArgs, DEFAULT_LEASE};
+pub use relay::{
+    LeaseArgs, RelayArgs, RelayMode, RetryArgs, SinkArgs, DEFAULT_LEASE, DEFAULT_SINK,
+};
 pub use requeue::RequeueArgs;
 pub use shared::{
     AuditArgs, ChangeArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListArgs, LogArgs,

@@ -111,65 +111,53 @@ mod tests {
         let only_check = |v: &'static str| {
             move |k: &str| (k == "OUTBOXCTL_STATS_CHECK").then(|| OsString::from(v))
         };
-        // (command line, environment, a Nagios check)
+        // (command line, split at spaces; environment; a Nagios check)
         type Env<'a> = &'a dyn Fn(&str) -> Option<OsString>;
-        let cases: &[(&[&str], Env, bool)] = &[
-            (&["stats", "--check"], &none, true),
-            (&["stats", "--check=true"], &none, true),
-            (&["stats", "--check=no"], &none, true),
-            (&["stats", "--warn-lag", "x"], &on, true),
-            (&["stats", "--warn-lag", "x"], &off, false),
-            (&["stats", "--warn-lag", "x"], &only_check("yes"), true),
-            (&["stats", "--warn-lag", "x"], &only_check(""), false),
-            (&["stats", "--warn-lag", "x"], &only_check("FALSE"), false),
-            (&["migrate", "--check"], &none, false),
-            (&["migrate", "--check"], &on, false),
-            (&["stats"], &none, false),
-            (&["--schema", "stats", "migrate", "--check"], &none, false),
-            (&["--schema", "x", "stats", "--check"], &none, true),
-            (&["--schema=x", "--json", "stats", "--check"], &none, true),
-            (&["--log-format", "xml", "stats", "--check"], &none, true),
-            (
-                &["--connect-timeout", "0s", "stats", "--check"],
-                &none,
-                true,
-            ),
-            (&["-vv", "stats", "--check"], &none, true),
+        let cases: &[(&str, Env, bool)] = &[
+            ("stats --check", &none, true),
+            ("stats --check=true", &none, true),
+            ("stats --check=no", &none, true),
+            ("stats --warn-lag x", &on, true),
+            ("stats --warn-lag x", &off, false),
+            ("stats --warn-lag x", &only_check("yes"), true),
+            ("stats --warn-lag x", &only_check(""), false),
+            ("stats --warn-lag x", &only_check("FALSE"), false),
+            ("migrate --check", &none, false),
+            ("migrate --check", &on, false),
+            ("stats", &none, false),
+            ("--schema stats migrate --check", &none, false),
+            ("--schema x stats --check", &none, true),
+            ("--schema=x --json stats --check", &none, true),
+            ("--log-format xml stats --check", &none, true),
+            ("--connect-timeout 0s stats --check", &none, true),
+            ("-vv stats --check", &none, true),
             // Whatever the error, before or after --check.
-            (&["stats", "--check", "--warn-lag", "soon"], &none, true),
-            (&["stats", "--warn-lag", "soon", "--check"], &none, true),
-            (&["stats", "--warn-dead", "-1", "--check"], &none, true),
-            (
-                &["stats", "--check", "--warn-dead", "1", "--bogus"],
-                &none,
-                true,
-            ),
-            (&["stats", "--bogus", "--check"], &none, true),
-            (&["stats", "-x", "--check"], &none, true),
-            (&["stats", "extra", "--check"], &none, true),
-            (&["stats", "--check", "--warn-lag"], &none, true),
-            (&["stats", "--format", "nagios", "--check"], &none, true),
-            (&["--bogus", "stats", "--check"], &none, true),
-            (&["stats", "--check", "--check"], &none, true),
+            ("stats --check --warn-lag soon", &none, true),
+            ("stats --warn-lag soon --check", &none, true),
+            ("stats --warn-dead -1 --check", &none, true),
+            ("stats --check --warn-dead 1 --bogus", &none, true),
+            ("stats --bogus --check", &none, true),
+            ("stats -x --check", &none, true),
+            ("stats extra --check", &none, true),
+            ("stats --check --warn-lag", &none, true),
+            ("stats --format nagios --check", &none, true),
+            ("--bogus stats --check", &none, true),
+            ("stats --check --check", &none, true),
             // Another command's value or an alias is not `stats`.
-            (
-                &["dead", "list", "--event-type", "stats", "--check"],
-                &none,
-                false,
-            ),
-            (&["dlq", "list", "--check"], &on, false),
-            (&["bogus", "stats", "--check"], &none, true),
-            (&["help", "stats", "--check"], &none, true),
-            (&["--check", "stats"], &none, true),
-            (&["--bogus", "--check=1", "stats"], &none, true),
+            ("dead list --event-type stats --check", &none, false),
+            ("dlq list --check", &on, false),
+            ("bogus stats --check", &none, true),
+            ("help stats --check", &none, true),
+            ("--check stats", &none, true),
+            ("--bogus --check=1 stats", &none, true),
             // Not an argument: after `--`, or the value of another flag.
-            (&["--", "stats", "--check"], &none, false),
-            (&["--schema", "--check", "stats"], &none, false),
-            (&[], &on, false),
+            ("-- stats --check", &none, false),
+            ("--schema --check stats", &none, false),
+            ("", &on, false),
         ];
         for (argv, env, want) in cases {
             let args: Vec<OsString> = std::iter::once("outboxctl")
-                .chain(argv.iter().copied())
+                .chain(argv.split_whitespace())
                 .map(OsString::from)
                 .collect();
             assert_eq!(is_nagios_check(&args, env), *want, "{argv:?}");

@@ -1,5 +1,6 @@
-//! `outboxctl relay`: the daemon's and `--once`'s flags, and the retry settings `doctor` also
-//! checks (one [`RetryArgs`] group, so both commands read the same flags and variables).
+//! `outboxctl relay`: the daemon's and `--once`'s flags, and the settings `doctor` also checks
+//! (the [`SinkArgs`], [`LeaseArgs`] and [`RetryArgs`] groups, so both commands read the same flags
+//! and variables).
 
 use std::time::Duration;
 
@@ -9,9 +10,71 @@ use clap::{Args, ValueEnum};
 use super::shared::{DatabaseArgs, OutputArgs};
 use super::values::{parse_duration, parse_listen_addr, parse_nonzero_duration};
 
-/// The relay's `--lease` by default (also what `doctor` checks when only some relay settings are
-/// given).
-pub const DEFAULT_LEASE: &str = "30s";
+/// The relay's `--lease` when none is given (also what `doctor` checks when only some relay
+/// settings are given). Its help says so in words ("[default: 30s]"; a test holds the two equal):
+/// the flag has no clap default, so that `doctor` can tell a given lease from none.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// The relay's `--sink` when none is given; its help says so (a test holds the two equal).
+pub const DEFAULT_SINK: &str = "stdout";
+
+/// Where the relay publishes: `relay` uses it, `doctor` checks it.
+#[derive(Debug, Clone, Args)]
+pub struct SinkArgs {
+    /// Where to publish: stdout (refused, exit 2, when stdout is /dev/null or closed: null
+    /// discards events on purpose), null, file:PATH, http(s)://URL,
+    /// nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or
+    /// redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams), or
+    /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ), or
+    /// kafka://HOST:PORT[,HOST:PORT]?topic=outbox.event.{aggregate_type}&key={aggregate_id}
+    /// (Kafka, idempotent producer). Subjects, stream names, routing keys, topics and keys take
+    /// the placeholders of --http-header [default: stdout].
+    #[arg(long, env = "OUTBOXCTL_SINK", value_name = "SINK")]
+    sink: Option<String>,
+}
+
+impl SinkArgs {
+    /// The sink given, or [`DEFAULT_SINK`].
+    pub fn spec(&self) -> &str {
+        self.sink.as_deref().unwrap_or(DEFAULT_SINK)
+    }
+
+    /// The sink, if one was given.
+    pub fn given(&self) -> Option<&str> {
+        self.sink.as_deref()
+    }
+}
+
+/// How long the relay holds a claim and waits for one publish: `relay` uses them, `doctor`
+/// checks them against each other.
+#[derive(Debug, Clone, Args)]
+pub struct LeaseArgs {
+    /// How long a claim is held before another relay may take the row [default: 30s].
+    #[arg(long, env = "OUTBOXCTL_LEASE", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    lease: Option<Duration>,
+
+    /// Timeout of one publish (a stdout or file write too); must be shorter than --lease
+    /// [default: half the lease].
+    #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION")]
+    publish_timeout: Option<Duration>,
+}
+
+impl LeaseArgs {
+    /// The lease given, or [`DEFAULT_LEASE`].
+    pub fn lease(&self) -> Duration {
+        self.lease.unwrap_or(DEFAULT_LEASE)
+    }
+
+    /// The publish timeout given, or half the lease.
+    pub fn publish_timeout(&self) -> Duration {
+        self.publish_timeout.unwrap_or(self.lease() / 2)
+    }
+
+    /// Whether either was given.
+    pub fn given(&self) -> bool {
+        self.lease.is_some() || self.publish_timeout.is_some()
+    }
+}
 
 /// How the relay retries an event: `relay` uses them, `doctor` checks them (the retry horizon).
 #[derive(Debug, Clone, Args)]
@@ -61,21 +124,8 @@ pub struct RelayArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Where to publish: stdout (refused, exit 2, when stdout is /dev/null or closed: null
-    /// discards events on purpose), null, file:PATH, http(s)://URL,
-    /// nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or
-    /// redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams), or
-    /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ), or
-    /// kafka://HOST:PORT[,HOST:PORT]?topic=outbox.event.{aggregate_type}&key={aggregate_id}
-    /// (Kafka, idempotent producer). Subjects, stream names, routing keys, topics and keys take
-    /// the placeholders of --http-header.
-    #[arg(
-        long,
-        env = "OUTBOXCTL_SINK",
-        default_value = "stdout",
-        value_name = "SINK"
-    )]
-    pub sink: String,
+    #[command(flatten)]
+    pub sink: SinkArgs,
 
     /// Drain what is ready now, print a summary, exit.
     ///
@@ -117,14 +167,8 @@ pub struct RelayArgs {
     #[arg(long, env = "OUTBOXCTL_PIPELINE_DEPTH", value_parser = clap::value_parser!(u32).range(1..=4), value_name = "N")]
     pub pipeline_depth: Option<u32>,
 
-    /// How long a claim is held before another relay may take the row.
-    #[arg(long, env = "OUTBOXCTL_LEASE", default_value = DEFAULT_LEASE, value_parser = parse_nonzero_duration, value_name = "DURATION")]
-    pub lease: Duration,
-
-    /// Timeout of one publish (a stdout or file write too); must be shorter than --lease
-    /// [default: half the lease].
-    #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION")]
-    pub publish_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
 
     #[command(flatten)]
     pub retry: RetryArgs,
@@ -196,4 +240,35 @@ pub enum RelayMode {
     Auto,
     Lease,
     Tx,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DEFAULT_LEASE, DEFAULT_SINK};
+
+    /// The long help of one of `command`'s flags.
+    fn help(command: &str, flag: &str) -> String {
+        let cli = crate::cli::command();
+        let cmd = cli.find_subcommand(command).expect("the subcommand");
+        let arg = cmd.get_arguments().find(|a| a.get_id() == flag);
+        let arg = arg.expect("the flag");
+        arg.get_long_help()
+            .or(arg.get_help())
+            .expect("help")
+            .to_string()
+    }
+
+    /// The defaults are in the help as words (the flags have none of clap's, so that doctor can
+    /// tell a given value from none): the words and the constants the relay uses must agree.
+    #[test]
+    fn the_help_states_the_defaults_the_relay_uses() {
+        let lease = format!("[default: {}]", humantime::format_duration(DEFAULT_LEASE));
+        let sink = format!("[default: {DEFAULT_SINK}]");
+        for command in ["relay", "doctor"] {
+            assert!(help(command, "lease").contains(&lease), "{command} --lease");
+            assert!(help(command, "sink").contains(&sink), "{command} --sink");
+            let timeout = help(command, "publish_timeout");
+            assert!(timeout.contains("[default: half the lease]"), "{command}");
+        }
+    }
 }

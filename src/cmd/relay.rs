@@ -34,12 +34,12 @@ pub async fn build(
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<(Relay, DbConfig)> {
     let cfg = DbConfig::from_args_pooled(&args.db)?;
-    let publish_timeout = args.publish_timeout.unwrap_or(args.lease / 2);
-    if publish_timeout >= args.lease {
+    let (lease, publish_timeout) = (args.lease.lease(), args.lease.publish_timeout());
+    if publish_timeout >= lease {
         return Err(CodedError::usage(format!(
             "--publish-timeout ({}) must be shorter than --lease ({}), or a slow publish could outlive its claim",
             humantime::format_duration(publish_timeout),
-            humantime::format_duration(args.lease)
+            humantime::format_duration(lease)
         ))
         .into());
     }
@@ -55,7 +55,7 @@ pub async fn build(
         None => None,
     };
     let sink = sink::from_spec(
-        &args.sink,
+        args.sink.spec(),
         &SinkOptions {
             http_headers: args.http_headers.clone(),
             signing_secrets,
@@ -81,7 +81,7 @@ pub async fn build(
         .pipeline_depth
         .unwrap_or_else(|| sink.default_pipeline_depth());
     let session =
-        db::Session::for_relay(&cfg, 3 + 2 * pipeline_depth, args.async_commit, args.lease).await?;
+        db::Session::for_relay(&cfg, 3 + 2 * pipeline_depth, args.async_commit, lease).await?;
     db::ensure_migrated(session.pool(), &cfg).await?;
     let relay = Relay {
         db: session,
@@ -91,7 +91,7 @@ pub async fn build(
             batch_size: args.batch_size,
             batch_bytes: args.batch_bytes,
             concurrency: args.concurrency,
-            lease: args.lease,
+            lease,
             publish_timeout,
             max_attempts: args.retry.max_attempts,
             backoff: Backoff {
@@ -137,7 +137,7 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
     let server = match listener {
         Some(listener) => {
             let prometheus = crate::relay::metrics::install(
-                crate::relay::metrics::sink_label(&args.sink),
+                crate::relay::metrics::sink_label(args.sink.spec()),
                 relay.cfg.mode,
             )
             .map_err(|e| anyhow::anyhow!("cannot set up the metrics recorder: {e}"))?;

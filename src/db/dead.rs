@@ -68,10 +68,7 @@ pub async fn requeue(
     .bind(&audit.actor)
     .fetch_all(&mut *conn)
     .await?;
-    if !requeued.is_empty() {
-        super::floor::forget_key_floor(conn).await?;
-    }
-    Ok(requeued)
+    super::floor::forget_key_floor_if(conn, requeued).await
 }
 
 /// Deletes those of `ids` that are still dead-lettered and writes one `outbox_audit` row per

@@ -187,6 +187,18 @@ pub async fn save(conn: &mut PgConnection, what: &ToSave) -> sqlx::Result<()> {
     Ok(())
 }
 
+/// Passes `changed` through, having forgotten the key floor ([`forget_key_floor`]) when it is
+/// not empty: what a requeue or an `ordering enable` changed.
+pub async fn forget_key_floor_if<T>(
+    conn: &mut PgConnection,
+    changed: Vec<T>,
+) -> sqlx::Result<Vec<T>> {
+    if !changed.is_empty() {
+        forget_key_floor(conn).await?;
+    }
+    Ok(changed)
+}
+
 /// Makes the next `relay --once` run's ordered walk start without a floor (migration 11's
 /// `key_floor` set to NULL), because rows were made pending again that may lie below it (a
 /// requeue, a newly ordered type). On a schema without the column, or for a role without `UPDATE`

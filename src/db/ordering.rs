@@ -145,10 +145,7 @@ pub async fn enable(
     .bind(audit.reason.as_deref())
     .fetch_all(&mut *conn)
     .await?;
-    if !changed.is_empty() {
-        super::floor::forget_key_floor(conn).await?;
-    }
-    Ok(changed)
+    super::floor::forget_key_floor_if(conn, changed).await
 }
 
 /// Switches ordering off for `types`, or for every row when `types` is empty; audited. Returns
@@ -796,6 +793,7 @@ struct OrderedRow {
 }
 
 /// Which claim, and its settings.
+#[derive(Debug)]
 pub enum OrderedMode {
     Lease { lease_micros: i64, token: Uuid },
     Tx,
@@ -831,31 +829,34 @@ async fn planner_off(conn: &mut PgConnection) -> sqlx::Result<Settings> {
         .await
 }
 
-/// Claims ordered rows (see [`claim_sql`]); `per_key` rows of a key at most, over `min_keys` keys
-/// at least when there are as many. Lease mode: in a transaction of its own (committed before it
-/// returns, so no lock outlives it); tx mode: in the caller's, whose later statements get the
-/// planner settings back.
-pub async fn claim(
-    conn: &mut PgConnection,
-    mode: &OrderedMode,
-    limit: BatchLimit,
-    per_key: i64,
-    min_keys: i64,
-    ordering: &Ordering,
-    from: &WalkStart,
-) -> sqlx::Result<OrderedClaim> {
+/// What an ordered claim asks for: `per_key` rows of a key at most, over `min_keys` keys at least
+/// when there are as many, from `from` on.
+#[derive(Debug)]
+pub struct OrderedAsk<'a> {
+    pub mode: OrderedMode,
+    pub limit: BatchLimit,
+    pub per_key: i64,
+    pub min_keys: i64,
+    pub ordering: &'a Ordering,
+    pub from: &'a WalkStart,
+}
+
+/// Claims ordered rows (see [`claim_sql`]). Lease mode: in a transaction of its own (committed
+/// before it returns, so no lock outlives it); tx mode: in the caller's, whose later statements
+/// get the planner settings back.
+pub async fn claim(conn: &mut PgConnection, ask: &OrderedAsk<'_>) -> sqlx::Result<OrderedClaim> {
     use sqlx::Connection;
-    match mode {
+    match ask.mode {
         OrderedMode::Lease { .. } => {
             let mut tx = conn.begin().await?;
             planner_off(&mut tx).await?;
-            let out = claim_on(&mut tx, mode, limit, per_key, min_keys, ordering, from).await?;
+            let out = claim_on(&mut tx, ask).await?;
             tx.commit().await?;
             Ok(out)
         }
         OrderedMode::Tx => {
             let old = planner_off(conn).await?;
-            let out = claim_on(conn, mode, limit, per_key, min_keys, ordering, from).await?;
+            let out = claim_on(conn, ask).await?;
             sqlx::query(PLANNER_BACK)
                 .bind(old.0)
                 .bind(old.1)
@@ -868,15 +869,15 @@ pub async fn claim(
     }
 }
 
-async fn claim_on(
-    conn: &mut PgConnection,
-    mode: &OrderedMode,
-    limit: BatchLimit,
-    per_key: i64,
-    min_keys: i64,
-    ordering: &Ordering,
-    from: &WalkStart,
-) -> sqlx::Result<OrderedClaim> {
+async fn claim_on(conn: &mut PgConnection, ask: &OrderedAsk<'_>) -> sqlx::Result<OrderedClaim> {
+    let OrderedAsk {
+        mode,
+        limit,
+        per_key,
+        min_keys,
+        ordering,
+        from,
+    } = ask;
     let sql = match mode {
         OrderedMode::Lease { .. } => claim_lease_sql(ordering.all),
         OrderedMode::Tx => claim_tx_sql(ordering.all),
@@ -890,7 +891,7 @@ async fn claim_on(
         .bind(from.cursor.tenant_id)
         .bind(&from.cursor.aggregate_id)
         .bind(limit.rows.saturating_mul(WALK_PER_ROW))
-        .bind(min_keys.clamp(1, limit.rows.max(1)))
+        .bind((*min_keys).clamp(1, limit.rows.max(1)))
         .bind(limit.bytes)
         .bind(from.floor.max(0));
     let q = match mode {

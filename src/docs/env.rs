@@ -146,6 +146,11 @@ fn flag_vars() -> BTreeMap<String, Vec<Use>> {
             } else {
                 String::new()
             };
+            let default = if default.is_empty() {
+                literal_default(&help).unwrap_or_default()
+            } else {
+                default
+            };
             vars.entry(var.to_string_lossy().into_owned())
                 .or_default()
                 .push(Use {
@@ -157,6 +162,14 @@ fn flag_vars() -> BTreeMap<String, Vec<Use>> {
         }
     }
     vars
+}
+
+/// A default the help states in words, `[default: 30s]`, when it is one literal value (a flag
+/// with no clap default, so that a command can tell it was not given: `--lease`, `--sink`).
+fn literal_default(help: &str) -> Option<String> {
+    let (_, rest) = help.split_once("[default: ")?;
+    let (value, _) = rest.split_once(']')?;
+    (!value.is_empty() && !value.contains(char::is_whitespace)).then(|| value.to_owned())
 }
 
 /// Every variable a flag reads (for the test that checks the source reads no other).

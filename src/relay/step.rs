@@ -592,8 +592,15 @@ impl Relay {
         let from = self.ordering.start();
         let min_keys = i64::from(self.cfg.concurrency);
         let started = tokio::time::Instant::now();
-        let ordered =
-            ordered_sql::claim(conn, &how, limit, limit.rows, min_keys, &ordering, &from).await?;
+        let ask = ordered_sql::OrderedAsk {
+            mode: how,
+            limit,
+            per_key: limit.rows,
+            min_keys,
+            ordering: &ordering,
+            from: &from,
+        };
+        let ordered = ordered_sql::claim(conn, &ask).await?;
         step.took_ordered(&ordered.rows);
         let mut more = self.ordering.advance(&from, &ordered, started.elapsed());
         if rested && !more {

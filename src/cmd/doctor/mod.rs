@@ -124,26 +124,21 @@ fn settings(args: &DoctorArgs) -> anyhow::Result<Settings> {
         .into());
     }
     let r = &args.relay;
-    let relay = (r.lease.is_some() || r.publish_timeout.is_some() || r.sink.is_some()).then(|| {
-        let lease = r.lease.unwrap_or_else(|| {
-            crate::cli::parse_duration(crate::cli::DEFAULT_LEASE).expect("the default lease")
-        });
-        RelaySettings {
-            lease,
-            publish_timeout: r.publish_timeout.unwrap_or(lease / 2),
-            max_attempts: r.retry.max_attempts,
-            backoff: crate::relay::Backoff {
-                base: r.retry.backoff_base,
-                max: r.retry.backoff_max,
-            },
-        }
+    let relay = (r.lease.given() || r.sink.given().is_some()).then(|| RelaySettings {
+        lease: r.lease.lease(),
+        publish_timeout: r.lease.publish_timeout(),
+        max_attempts: r.retry.max_attempts,
+        backoff: crate::relay::Backoff {
+            base: r.retry.backoff_base,
+            max: r.retry.backoff_max,
+        },
     });
     Ok(Settings {
         lag: args.lag.clone(),
         max_xact_age: args.max_xact_age,
         retention: args.retention,
         relay,
-        sink: r.sink.clone(),
+        sink: r.sink.given().map(str::to_owned),
         connect_timeout: args.db.connect_timeout,
     })
 }

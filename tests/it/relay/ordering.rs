@@ -632,7 +632,7 @@ fn everything() -> outboxctl::db::ordering::Ordering {
 /// size; and the claim says more is waiting.
 #[tokio::test]
 async fn the_ordered_claim_keeps_to_the_byte_budget_and_cuts_only_a_keys_tail() {
-    use outboxctl::db::ordering::{claim, OrderedMode, WalkStart};
+    use outboxctl::db::ordering::{claim, OrderedAsk, OrderedMode, WalkStart};
     use outboxctl::db::relay::BatchLimit;
     let db = TestDb::new().await;
     run(&db, &["ordering", "enable"], 0);
@@ -648,12 +648,14 @@ async fn the_ordered_claim_keeps_to_the_byte_budget_and_cuts_only_a_keys_tail() 
         };
         let got = claim(
             &mut tx,
-            &OrderedMode::Tx,
-            limit,
-            100,
-            16,
-            &everything(),
-            &WalkStart::default(),
+            &OrderedAsk {
+                mode: OrderedMode::Tx,
+                limit,
+                per_key: 100,
+                min_keys: 16,
+                ordering: &everything(),
+                from: &WalkStart::default(),
+            },
         )
         .await
         .unwrap();
@@ -681,7 +683,7 @@ async fn the_ordered_claim_keeps_to_the_byte_budget_and_cuts_only_a_keys_tail() 
 /// much as walking 500 keys), in both modes and both shapes (every type, named types).
 #[tokio::test]
 async fn the_ordered_claim_is_planned_once_per_connection() {
-    use outboxctl::db::ordering::{claim, OrderedMode, Ordering, WalkStart};
+    use outboxctl::db::ordering::{claim, OrderedAsk, OrderedMode, Ordering, WalkStart};
     use outboxctl::db::relay::BatchLimit;
     let db = TestDb::new().await;
     run(&db, &["ordering", "enable"], 0);
@@ -705,12 +707,14 @@ async fn the_ordered_claim_is_planned_once_per_connection() {
             let mut tx = c.begin().await.unwrap();
             let got = claim(
                 &mut tx,
-                &OrderedMode::Tx,
-                limit,
-                5,
-                1,
-                &ordering,
-                &WalkStart::default(),
+                &OrderedAsk {
+                    mode: OrderedMode::Tx,
+                    limit,
+                    per_key: 5,
+                    min_keys: 1,
+                    ordering: &ordering,
+                    from: &WalkStart::default(),
+                },
             )
             .await
             .unwrap();
@@ -722,12 +726,14 @@ async fn the_ordered_claim_is_planned_once_per_connection() {
             };
             let got = claim(
                 &mut c,
-                &lease,
-                limit,
-                5,
-                1,
-                &ordering,
-                &WalkStart::default(),
+                &OrderedAsk {
+                    mode: lease,
+                    limit,
+                    per_key: 5,
+                    min_keys: 1,
+                    ordering: &ordering,
+                    from: &WalkStart::default(),
+                },
             )
             .await
             .unwrap();
@@ -1356,7 +1362,7 @@ async fn an_operator_change_during_the_ordered_claim_never_publishes_c_before_b(
 /// not count the skipped head as published. Skip clears the claim token, as edit does.
 #[tokio::test]
 async fn a_head_skipped_after_its_lease_ran_out_is_not_settled_by_the_old_claim() {
-    use outboxctl::db::ordering::{claim, OrderedMode, WalkStart};
+    use outboxctl::db::ordering::{claim, OrderedAsk, OrderedMode, WalkStart};
     use outboxctl::db::relay::{settle_published, still_claimed, BatchLimit, Sizing};
     let db = TestDb::new().await;
     run(&db, &["ordering", "enable"], 0);
@@ -1372,15 +1378,17 @@ async fn a_head_skipped_after_its_lease_ran_out_is_not_settled_by_the_old_claim(
     // The relay's claim takes the head with a lease that has run out by the time it settles.
     let got = claim(
         &mut c,
-        &OrderedMode::Lease {
-            lease_micros: 1,
-            token,
+        &OrderedAsk {
+            mode: OrderedMode::Lease {
+                lease_micros: 1,
+                token,
+            },
+            limit,
+            per_key: 1,
+            min_keys: 1,
+            ordering: &everything(),
+            from: &WalkStart::default(),
         },
-        limit,
-        1,
-        1,
-        &everything(),
-        &WalkStart::default(),
     )
     .await
     .unwrap();
@@ -1432,7 +1440,7 @@ async fn a_head_skipped_after_its_lease_ran_out_is_not_settled_by_the_old_claim(
 /// requeued B goes out after them, as the documentation says of a requeued skipped head.
 #[tokio::test]
 async fn dead_letter_commands_beside_an_open_ordered_claim() {
-    use outboxctl::db::ordering::{claim, OrderedMode, WalkStart};
+    use outboxctl::db::ordering::{claim, OrderedAsk, OrderedMode, WalkStart};
     use outboxctl::db::relay::{BatchLimit, Sizing};
     for op in ["requeue", "discard", "prune"] {
         let db = TestDb::new().await;
@@ -1453,12 +1461,14 @@ async fn dead_letter_commands_beside_an_open_ordered_claim() {
         };
         let got = claim(
             &mut claiming,
-            &OrderedMode::Tx,
-            limit,
-            10,
-            1,
-            &everything(),
-            &WalkStart::default(),
+            &OrderedAsk {
+                mode: OrderedMode::Tx,
+                limit,
+                per_key: 10,
+                min_keys: 1,
+                ordering: &everything(),
+                from: &WalkStart::default(),
+            },
         )
         .await
         .unwrap();
