@@ -16,3 +16,4 @@ pub mod publish;
 pub mod relay;
 pub mod requeue;
 pub mod stats;
+pub mod top;

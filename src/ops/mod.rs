@@ -6,7 +6,8 @@
 //! - [`change`]: changing events by id all or nothing (`events cancel|reschedule|edit`);
 //! - [`view`]: how events look (lists, tables, one event's detail);
 //! - [`select`]: the dead ids a selection means, and filters checked against the database;
-//! - [`stats`]: the figures `stats`, `doctor` and `demo` read;
+//! - [`stats`]: the figures `stats`, `doctor`, `demo` and `top` read;
+//! - [`top`]: the samples `top` draws (its figures, throughput, relays and dead letters);
 //! - [`publish`] and [`new_event`]: bulk publish (`publish --file`, `bench`, `demo`) and the
 //!   validation of one new event.
 
@@ -16,4 +17,5 @@ pub mod new_event;
 pub mod publish;
 pub mod select;
 pub mod stats;
+pub mod top;
 pub mod view;
