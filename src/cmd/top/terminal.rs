@@ -2,9 +2,12 @@
 //! every way out. [`Screen`]'s `Drop` restores it on a return (`q`, an error, a signal) and while
 //! unwinding; the panic hook installed by [`Screen::enter`] restores it before the panic message is
 //! printed, so the message lands on the normal screen and the shell gets a sane terminal back.
-//! Restoring twice is harmless.
+//! Only the first restore after [`Screen::enter`] acts: leaving the alternate screen a second time
+//! would put the cursor back where it was on entering, over what was printed since (the panic
+//! message).
 
 use std::io::{self, Stdout};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 use std::time::Duration;
 
@@ -26,6 +29,7 @@ impl Screen {
     pub fn enter() -> io::Result<Self> {
         install_panic_hook();
         enable_raw_mode()?;
+        ENTERED.store(true, Ordering::SeqCst);
         // From here on, a failure leaves through `restore`.
         let entered = (|| {
             execute!(io::stdout(), EnterAlternateScreen, Hide)?;
@@ -53,9 +57,15 @@ impl Drop for Screen {
     }
 }
 
-/// Raw mode off, the alternate screen left, the cursor shown. Errors are ignored: there is no
-/// better terminal to report them on.
+/// Whether the terminal is in `top`'s state (raw mode on, and maybe the alternate screen).
+static ENTERED: AtomicBool = AtomicBool::new(false);
+
+/// Raw mode off, the alternate screen left, the cursor shown, once after each [`Screen::enter`].
+/// Errors are ignored: there is no better terminal to report them on.
 pub fn restore() {
+    if !ENTERED.swap(false, Ordering::SeqCst) {
+        return;
+    }
     let _ = disable_raw_mode();
     let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
 }
