@@ -126,7 +126,7 @@ impl ReplayEvent {
             } => tracing::warn!(
                 events,
                 error = %error,
-                retry_in = %humantime::format_duration(*retry_in),
+                retry_in = %crate::output::human_duration(*retry_in),
                 failing_for = %crate::output::human_duration(*failing_for),
                 "replay: the sink failed events; sending them again"
             ),
