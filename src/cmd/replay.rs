@@ -69,7 +69,8 @@ struct ReplayReport {
 
 pub async fn run(args: ReplayArgs) -> anyhow::Result<u8> {
     let started = Instant::now();
-    let cfg = DbConfig::from_args_pooled(&args.db)?;
+    // Not through transaction pooling (`--pooler transaction` is refused, exit 2): untested there.
+    let cfg = DbConfig::from_args(&args.db)?;
     let filter = EventFilter::from_args(&args.target.filter)?;
     let selection = Selection::resolve_among(
         &args.target.ids,

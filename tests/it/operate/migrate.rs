@@ -6,7 +6,7 @@ async fn fresh_apply_creates_the_seed_schema_and_rerun_is_a_no_op() {
     let out = db.cmd().arg("migrate").output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains("applied 11 migrations"),
+        stdout(&out).contains("applied 12 migrations"),
         "{}",
         stdout(&out)
     );
@@ -275,7 +275,7 @@ async fn an_up_to_date_migrate_needs_only_read_access() {
         assert_eq!(stderr(&out), "", "{args:?}");
         if args.len() == 1 {
             assert!(
-                stdout(&out).contains("is up to date (11 migrations)"),
+                stdout(&out).contains("is up to date (12 migrations)"),
                 "{}",
                 stdout(&out)
             );
