@@ -60,7 +60,7 @@ async fn fresh_apply_creates_the_seed_schema_and_rerun_is_a_no_op() {
     assert!(again.status.success());
     assert!(stdout(&again).contains("up to date"), "{}", stdout(&again));
     let n: i64 = db.scalar("SELECT count(*) FROM _sqlx_migrations").await;
-    assert_eq!(n, 11);
+    assert_eq!(n, 12);
 }
 
 #[tokio::test]
@@ -148,13 +148,13 @@ async fn ten_concurrent_migrates_all_succeed_and_apply_once() {
         applied_total += v["applied"].as_array().unwrap().len();
     }
     assert_eq!(
-        applied_total, 11,
+        applied_total, 12,
         "each migration applied by exactly one process"
     );
     let n: i64 = db
         .scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
         .await;
-    assert_eq!(n, 11);
+    assert_eq!(n, 12);
 }
 
 #[tokio::test]
@@ -173,7 +173,7 @@ async fn status_lists_pending_then_applied_and_changes_nothing() {
         .iter()
         .map(|m| m["applied"].as_bool().unwrap())
         .collect();
-    assert_eq!(states, [false; 11]);
+    assert_eq!(states, [false; 12]);
     let schema_exists: bool = db
         .scalar(&format!(
             "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = '{}')",
