@@ -369,8 +369,15 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<u8> {
         Stop::Rejected { id, cause } => crate::sink::Error::ReplayStopped {
             sink: sink_name,
             stopped: format!(
-                "rejected event {id} for good: {cause} (fix the sink, or skip the event with --from-id {})",
-                id + 1
+                "rejected event {id} for good: {cause}{}",
+                if id == at {
+                    format!(
+                        " (fix the sink or the event, or skip it with --from-id {})",
+                        id + 1
+                    )
+                } else {
+                    String::new()
+                }
             ),
             sent: ended.sent,
             matched: of,

@@ -439,3 +439,34 @@ async fn sigint_stops_it_with_a_resume_hint_and_the_rate_is_kept() {
     assert_eq!(from, sent + 1, "{text}");
     assert_eq!(audits(&db).await[0]["stop_reason"], "interrupted");
 }
+
+#[tokio::test]
+async fn an_event_the_sink_rejects_for_good_stops_it_at_that_event() {
+    let db = TestDb::new().await;
+    published(&db, 5, 5).await;
+    let server = TestServer::start(0, |r| {
+        if doc_id(r) == 3 {
+            (422, vec![])
+        } else {
+            (200, vec![])
+        }
+    });
+    let out = run(
+        &db,
+        &[
+            "replay",
+            "--all",
+            "--sink",
+            &server.url(),
+            "--concurrency",
+            "1",
+            "--yes",
+        ],
+        5,
+    );
+    let err = stderr(&out);
+    assert!(err.contains("rejected event 3 for good"), "{err}");
+    assert!(err.contains("skip it with --from-id 4"), "{err}");
+    assert_eq!(resume_hint(&err).0, 3, "{err}");
+    assert_eq!(audits(&db).await[0]["stop_reason"], "rejected");
+}
