@@ -79,19 +79,22 @@ impl LeaseArgs {
 /// What the relay sends for each event: `relay` uses it.
 #[derive(Debug, Clone, Args)]
 pub struct FormatArgs {
-    /// What each event is sent as. `document`: outboxctl's JSON document (docs/sinks).
-    /// `cloudevents`: a CloudEvents 1.0 event (docs/sinks/cloudevents.md): id the idempotency key,
-    /// type the event type, subject AGGREGATE_TYPE/AGGREGATE_ID, time created_at, data the payload
-    /// byte for byte, and the extensions outboxid and tenantid. For http(s), kafka, nats, amqp,
-    /// stdout and file (redis is refused, exit 2); signing, dedup ids and headers stay as they are.
+    /// What each event is sent as: `document` (outboxctl's JSON document) or `cloudevents`
+    /// (CloudEvents 1.0).
+    ///
+    /// With `cloudevents` (docs/sinks/cloudevents.md): id the idempotency key, type the event
+    /// type, subject AGGREGATE_TYPE/AGGREGATE_ID, time created_at, data the payload byte for byte,
+    /// and the extensions outboxid and tenantid. For http(s), kafka, nats, amqp, stdout and file
+    /// (redis is refused, exit 2); signing, dedup ids and the other headers stay as they are.
     #[arg(long, env = "OUTBOXCTL_FORMAT", value_enum, default_value_t = EventFormat::Document, value_name = "FORMAT")]
     pub format: EventFormat,
 
-    /// With --format cloudevents: `binary` (the attributes as headers, the payload as the body) or
-    /// `structured` (the whole event as one application/cloudevents+json body). http(s) sends
-    /// either; kafka, nats and amqp only binary; stdout and file only structured (one JSON object
-    /// per line). A mode the sink does not send is refused (exit 2) [default: binary; structured
-    /// for stdout and file].
+    /// With --format cloudevents: how the attributes travel, `binary` or `structured`.
+    ///
+    /// `binary`: each attribute in a header, the payload as the body. `structured`: the whole
+    /// event as one application/cloudevents+json body. http(s) sends either; kafka, nats and amqp
+    /// only binary; stdout and file only structured (one JSON object per line). A mode the sink
+    /// does not send is refused (exit 2) [default: binary; structured for stdout and file].
     #[arg(
         long,
         env = "OUTBOXCTL_CLOUDEVENTS_MODE",
