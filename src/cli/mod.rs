@@ -46,7 +46,8 @@ pub use ordering::{
 pub use prune::PruneArgs;
 pub use publish::PublishArgs;
 pub use relay::{
-    LeaseArgs, RelayArgs, RelayMode, RetryArgs, SinkArgs, DEFAULT_LEASE, DEFAULT_SINK,
+    CloudEventsMode, EventFormat, FormatArgs, LeaseArgs, RelayArgs, RelayMode, RetryArgs, SinkArgs,
+    DEFAULT_LEASE, DEFAULT_SINK,
 };
 pub use requeue::RequeueArgs;
 pub use shared::{

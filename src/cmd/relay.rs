@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{LogFormat, RelayArgs, RelayMode};
+use crate::cli::{CloudEventsMode, EventFormat, FormatArgs, LogFormat, RelayArgs, RelayMode};
 use crate::config::DbConfig;
 use crate::exit::{self, CodedError};
 use crate::relay::daemon::{DaemonSettings, OnceLimits};
@@ -54,6 +54,7 @@ pub async fn build(
         })?),
         None => None,
     };
+    let cloudevents = cloudevents_request(&args.format, &cfg)?;
     let sink = sink::from_spec(
         args.sink.spec(),
         &SinkOptions {
@@ -63,6 +64,7 @@ pub async fn build(
             kafka_properties: args.kafka_properties.clone(),
             kafka_test_fatal_error_at: env("OUTBOXCTL_TEST_KAFKA_FATAL_ERROR")
                 .and_then(|s| s.trim().parse().ok()),
+            cloudevents,
         },
     )
     .await?;
@@ -107,6 +109,35 @@ pub async fn build(
         start: crate::relay::cursor::ClaimStart::default(),
     };
     Ok((relay, cfg))
+}
+
+/// What `--format` and the `--cloudevents-*` flags ask for: `None` for the document (the
+/// CloudEvents flags are refused with it, exit 2: they would be ignored).
+fn cloudevents_request(
+    args: &FormatArgs,
+    cfg: &DbConfig,
+) -> Result<Option<sink::cloudevents::Request>, CodedError> {
+    if args.format == EventFormat::Document {
+        let given = [
+            ("--cloudevents-mode", args.cloudevents_mode.is_some()),
+            ("--cloudevents-source", args.cloudevents_source.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
+            return Err(CodedError::usage(format!(
+                "{flag} only applies with --format cloudevents (OUTBOXCTL_FORMAT)"
+            )));
+        }
+        return Ok(None);
+    }
+    let mode = args.cloudevents_mode.map(|m| match m {
+        CloudEventsMode::Binary => sink::cloudevents::Mode::Binary,
+        CloudEventsMode::Structured => sink::cloudevents::Mode::Structured,
+    });
+    let source = match &args.cloudevents_source {
+        Some(s) => s.trim().to_owned(),
+        None => sink::cloudevents::default_source(cfg.database(), cfg.schema.name()),
+    };
+    Ok(Some(sink::cloudevents::Request { mode, source }))
 }
 
 pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
