@@ -2233,7 +2233,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__relay)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --sink --once --mode --batch-size --batch-bytes --concurrency --pipeline-depth --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --kafka-property --signing-secret-env --async-commit --metrics-addr --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --sink --format --cloudevents-mode --cloudevents-source --once --mode --batch-size --batch-bytes --concurrency --pipeline-depth --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --kafka-property --signing-secret-env --async-commit --metrics-addr --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2256,6 +2256,18 @@ _outboxctl() {
                     return 0
                     ;;
                 --sink)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "document cloudevents" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-mode)
+                    COMPREPLY=($(compgen -W "binary structured" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-source)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2347,7 +2359,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__replay)
-            opts="-y -v -q -h -V --database-url --schema --connect-timeout --pooler --sink --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --from-id --limit --fresh-keys --replay-id --rate --batch-size --batch-bytes --concurrency --publish-timeout --retry-for --backoff-base --backoff-max --http-header --kafka-property --signing-secret-env --reason --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --pooler --sink --format --cloudevents-mode --cloudevents-source --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --from-id --limit --fresh-keys --replay-id --rate --batch-size --batch-bytes --concurrency --publish-timeout --retry-for --backoff-base --backoff-max --http-header --kafka-property --signing-secret-env --reason --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2370,6 +2382,18 @@ _outboxctl() {
                     return 0
                     ;;
                 --sink)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "document cloudevents" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-mode)
+                    COMPREPLY=($(compgen -W "binary structured" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-source)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

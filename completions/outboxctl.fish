@@ -99,6 +99,11 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l pooler -d 
 session\t'A pooler in session mode'
 transaction\t'A pooler in transaction mode'"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l sink -d 'Where to publish: stdout (refused, exit 2, when stdout is /dev/null or closed: null discards events on purpose), null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams), or amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ), or kafka://HOST:PORT[,HOST:PORT]?topic=outbox.event.{aggregate_type}&key={aggregate_id} (Kafka, idempotent producer). Subjects, stream names, routing keys, topics and keys take the placeholders of --http-header [default: stdout]' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l format -d 'What each event is sent as: `document` (outboxctl\'s JSON document) or `cloudevents` (CloudEvents 1.0)' -r -f -a "document\t''
+cloudevents\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l cloudevents-mode -d 'With --format cloudevents: how the attributes travel, `binary` or `structured`' -r -f -a "binary\t''
+structured\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l cloudevents-source -d 'With --format cloudevents: the `source` attribute, a URI-reference, e.g. https://shop.example.com/orders [default: /outboxctl/DATABASE/SCHEMA]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand relay" -l mode -d 'How claims are settled. `lease`: claim commits a lease, publish runs outside any transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and mark in one transaction that stays open during the publish (fewer writes per event). `auto`: tx for stdout, file, null, Redis and Kafka (a batch is published within one --publish-timeout), lease for HTTP, NATS and RabbitMQ (a publish per event: a slow sink would keep the transaction open up to the lease)' -r -f -a "auto\t''
 lease\t''
 tx\t''"
@@ -498,6 +503,11 @@ complete -c outboxctl -n "__fish_outboxctl_using_subcommand replay" -l pooler -d
 session\t'A pooler in session mode'
 transaction\t'A pooler in transaction mode'"
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand replay" -l sink -d 'Where to publish: stdout (refused, exit 2, when stdout is /dev/null or closed: null discards events on purpose), null, file:PATH, http(s)://URL, nats://HOST:PORT?subject=outbox.{event_type} (JetStream), or redis://HOST:PORT[/DB]?stream=outbox[&maxlen=N] (Streams), or amqp://USER:PASS@HOST:PORT/VHOST?exchange=X&routing_key={event_type} (RabbitMQ), or kafka://HOST:PORT[,HOST:PORT]?topic=outbox.event.{aggregate_type}&key={aggregate_id} (Kafka, idempotent producer). Subjects, stream names, routing keys, topics and keys take the placeholders of --http-header [default: stdout]' -r
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand replay" -l format -d 'What each event is sent as: `document` (outboxctl\'s JSON document) or `cloudevents` (CloudEvents 1.0)' -r -f -a "document\t''
+cloudevents\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand replay" -l cloudevents-mode -d 'With --format cloudevents: how the attributes travel, `binary` or `structured`' -r -f -a "binary\t''
+structured\t''"
+complete -c outboxctl -n "__fish_outboxctl_using_subcommand replay" -l cloudevents-source -d 'With --format cloudevents: the `source` attribute, a URI-reference, e.g. https://shop.example.com/orders [default: /outboxctl/DATABASE/SCHEMA]' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand replay" -l event-type -d 'Event type as a glob: `*` matches any run of characters, `?` one character, `\\` makes the next character literal (e.g. \'order.*\')' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand replay" -l tenant -d 'Tenant uuid' -r
 complete -c outboxctl -n "__fish_outboxctl_using_subcommand replay" -l aggregate-type -d 'Aggregate type (exact)' -r

@@ -47,8 +47,8 @@ pub use ordering::{
 pub use prune::PruneArgs;
 pub use publish::PublishArgs;
 pub use relay::{
-    BackoffArgs, LeaseArgs, PublishTimeoutArgs, RelayArgs, RelayMode, RetryArgs, SinkArgs,
-    SinkOptionArgs, DEFAULT_LEASE, DEFAULT_SINK,
+    BackoffArgs, CloudEventsMode, EventFormat, FormatArgs, LeaseArgs, PublishTimeoutArgs,
+    RelayArgs, RelayMode, RetryArgs, SinkArgs, SinkOptionArgs, DEFAULT_LEASE, DEFAULT_SINK,
 };
 pub use replay::{ReplayArgs, DEFAULT_REPLAY_PUBLISH_TIMEOUT};
 pub use requeue::RequeueArgs;

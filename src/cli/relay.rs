@@ -126,6 +126,57 @@ impl LeaseArgs {
     }
 }
 
+/// What each event is sent as: `relay` and `replay` use it.
+#[derive(Debug, Clone, Args)]
+pub struct FormatArgs {
+    /// What each event is sent as: `document` (outboxctl's JSON document) or `cloudevents`
+    /// (CloudEvents 1.0).
+    ///
+    /// With `cloudevents` (docs/sinks/cloudevents.md): id the idempotency key, type the event
+    /// type, subject AGGREGATE_TYPE/AGGREGATE_ID, time created_at, data the payload byte for byte,
+    /// and the extensions outboxid and tenantid. For http(s), kafka, nats, amqp, stdout and file
+    /// (redis is refused, exit 2); signing, dedup ids and the other headers stay as they are.
+    #[arg(long, env = "OUTBOXCTL_FORMAT", value_enum, default_value_t = EventFormat::Document, value_name = "FORMAT")]
+    pub format: EventFormat,
+
+    /// With --format cloudevents: how the attributes travel, `binary` or `structured`.
+    ///
+    /// `binary`: each attribute in a header, the payload as the body. `structured`: the whole
+    /// event as one application/cloudevents+json body. http(s) sends either; kafka, nats and amqp
+    /// only binary; stdout and file only structured (one JSON object per line). A mode the sink
+    /// does not send is refused (exit 2) [default: binary; structured for stdout and file].
+    #[arg(
+        long,
+        env = "OUTBOXCTL_CLOUDEVENTS_MODE",
+        value_enum,
+        value_name = "MODE"
+    )]
+    pub cloudevents_mode: Option<CloudEventsMode>,
+
+    /// With --format cloudevents: the `source` attribute, a URI-reference, e.g.
+    /// https://shop.example.com/orders [default: /outboxctl/DATABASE/SCHEMA].
+    #[arg(
+        long,
+        env = "OUTBOXCTL_CLOUDEVENTS_SOURCE",
+        value_name = "URI-REFERENCE"
+    )]
+    pub cloudevents_source: Option<String>,
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EventFormat {
+    Document,
+    Cloudevents,
+}
+
+/// `--cloudevents-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CloudEventsMode {
+    Binary,
+    Structured,
+}
+
 /// How the relay retries an event: `relay` uses them, `doctor` checks them (the retry horizon).
 #[derive(Debug, Clone, Args)]
 pub struct RetryArgs {
@@ -184,6 +235,9 @@ pub struct RelayArgs {
 
     #[command(flatten)]
     pub sink: SinkArgs,
+
+    #[command(flatten)]
+    pub format: FormatArgs,
 
     /// Drain what is ready now, print a summary, exit.
     ///

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::builder::FalseyValueParser;
 use clap::Args;
 
-use super::relay::{BackoffArgs, PublishTimeoutArgs, SinkArgs, SinkOptionArgs};
+use super::relay::{BackoffArgs, FormatArgs, PublishTimeoutArgs, SinkArgs, SinkOptionArgs};
 use super::shared::{help_of, ChangeArgs, DatabaseArgs, TargetArgs};
 use super::values::{parse_nonzero_duration, parse_rate};
 
@@ -74,6 +74,9 @@ pub struct ReplayArgs {
 
     #[command(flatten)]
     pub sink: SinkArgs,
+
+    #[command(flatten)]
+    pub format: FormatArgs,
 
     #[command(flatten)]
     pub target: TargetArgs,

@@ -46,8 +46,15 @@ pub async fn build(
     if args.retry.backoff.backoff_base > args.retry.backoff.backoff_max {
         return Err(CodedError::usage("--backoff-base must not exceed --backoff-max").into());
     }
-    let sink =
-        crate::ops::sink::build(&args.sink, &args.sink_options, publish_timeout, &env).await?;
+    let sink = crate::ops::sink::build(
+        &args.sink,
+        &args.sink_options,
+        &args.format,
+        &cfg,
+        publish_timeout,
+        &env,
+    )
+    .await?;
     let mode = match args.mode {
         RelayMode::Lease => Mode::Lease,
         RelayMode::Tx => Mode::Tx,

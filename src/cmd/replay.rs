@@ -91,8 +91,15 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<u8> {
         return Err(CodedError::usage("--backoff-base must not exceed --backoff-max").into());
     }
     let env = |k: &str| std::env::var(k).ok();
-    let sink = crate::ops::sink::build(&args.sink, &args.sink_options, args.publish_timeout(), env)
-        .await?;
+    let sink = crate::ops::sink::build(
+        &args.sink,
+        &args.sink_options,
+        &args.format,
+        &cfg,
+        args.publish_timeout(),
+        env,
+    )
+    .await?;
     let sink_name = sink.describe();
     let sink_is_stdout =
         crate::sink::Scheme::of(args.sink.spec()) == Some(crate::sink::Scheme::Stdout);

@@ -470,3 +470,35 @@ async fn an_event_the_sink_rejects_for_good_stops_it_at_that_event() {
     assert_eq!(resume_hint(&err).0, 3, "{err}");
     assert_eq!(audits(&db).await[0]["stop_reason"], "rejected");
 }
+
+/// `replay` takes the relay's `--format`: a consumer of CloudEvents gets its history as
+/// CloudEvents, the marker among the headers and the original key as the event's id.
+#[tokio::test]
+async fn a_replay_in_cloudevents_keeps_the_id_and_carries_the_marker() {
+    let db = TestDb::new().await;
+    published(&db, 2, 2).await;
+    let server = TestServer::start(0, |_| (200, vec![]));
+    let before = rows(&db).await;
+    let url = server.url();
+    let args = [
+        "replay",
+        "--all",
+        "--sink",
+        &url,
+        "--format",
+        "cloudevents",
+        "--yes",
+    ];
+    run(&db, &args, 0);
+    let mut got = server.accepted();
+    got.sort_by_key(|r| r.header("ce-id").map(str::to_owned));
+    let ids: Vec<_> = got.iter().map(|r| r.header("ce-id")).collect();
+    assert_eq!(ids, [Some("k-1"), Some("k-2")]);
+    for r in &got {
+        assert_eq!(r.header("ce-type"), Some("evt.created"));
+        assert_eq!(r.header("outbox-replay"), Some("true"), "{:?}", r.headers);
+        let body = String::from_utf8(r.body.clone()).unwrap();
+        assert!(body.contains(DIGITS), "{body}");
+    }
+    assert_eq!(rows(&db).await, before, "nothing changed");
+}
