@@ -114,7 +114,7 @@ pub enum Command {
     #[command(visible_alias = "dlq")]
     Dead(DeadArgs),
     Requeue(RequeueArgs),
-    Replay(ReplayArgs),
+    Replay(Box<ReplayArgs>),
     Ordering(OrderingArgs),
     #[command(visible_alias = "event")]
     Events(EventsArgs),
