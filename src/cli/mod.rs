@@ -21,6 +21,7 @@ mod ordering;
 mod prune;
 mod publish;
 mod relay;
+mod replay;
 mod requeue;
 mod shared;
 mod stats;
@@ -46,9 +47,10 @@ pub use ordering::{
 pub use prune::PruneArgs;
 pub use publish::PublishArgs;
 pub use relay::{
-    CloudEventsMode, EventFormat, FormatArgs, LeaseArgs, RelayArgs, RelayMode, RetryArgs, SinkArgs,
-    DEFAULT_LEASE, DEFAULT_SINK,
+    BackoffArgs, CloudEventsMode, EventFormat, FormatArgs, LeaseArgs, PublishTimeoutArgs,
+    RelayArgs, RelayMode, RetryArgs, SinkArgs, SinkOptionArgs, DEFAULT_LEASE, DEFAULT_SINK,
 };
+pub use replay::{ReplayArgs, DEFAULT_REPLAY_PUBLISH_TIMEOUT};
 pub use requeue::RequeueArgs;
 pub use shared::{
     AuditArgs, ChangeArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListArgs, LogArgs,
@@ -112,6 +114,7 @@ pub enum Command {
     #[command(visible_alias = "dlq")]
     Dead(DeadArgs),
     Requeue(RequeueArgs),
+    Replay(Box<ReplayArgs>),
     Ordering(OrderingArgs),
     #[command(visible_alias = "event")]
     Events(EventsArgs),

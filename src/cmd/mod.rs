@@ -14,5 +14,6 @@ pub mod ordering;
 pub mod prune;
 pub mod publish;
 pub mod relay;
+pub mod replay;
 pub mod requeue;
 pub mod stats;

@@ -6,13 +6,13 @@ use std::time::Instant;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{CloudEventsMode, EventFormat, FormatArgs, LogFormat, RelayArgs, RelayMode};
+use crate::cli::{LogFormat, RelayArgs, RelayMode};
 use crate::config::DbConfig;
 use crate::exit::{self, CodedError};
 use crate::relay::daemon::{DaemonSettings, OnceLimits};
 use crate::relay::step::Failpoint;
 use crate::relay::{Backoff, Mode, Relay, RelayConfig, RelayEvent, Report};
-use crate::sink::{self, SinkOptions};
+use crate::sink;
 use crate::{db, output};
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -43,29 +43,16 @@ pub async fn build(
         ))
         .into());
     }
-    if args.retry.backoff_base > args.retry.backoff_max {
+    if args.retry.backoff.backoff_base > args.retry.backoff.backoff_max {
         return Err(CodedError::usage("--backoff-base must not exceed --backoff-max").into());
     }
-    let signing_secrets = match &args.signing_secret_env {
-        Some(var) => Some(env(var).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
-            CodedError::usage(format!(
-                "--signing-secret-env names `{var}`, but that variable is not set"
-            ))
-        })?),
-        None => None,
-    };
-    let cloudevents = cloudevents_request(&args.format, &cfg)?;
-    let sink = sink::from_spec(
-        args.sink.spec(),
-        &SinkOptions {
-            http_headers: args.http_headers.clone(),
-            signing_secrets,
-            timeout: publish_timeout,
-            kafka_properties: args.kafka_properties.clone(),
-            kafka_test_fatal_error_at: env("OUTBOXCTL_TEST_KAFKA_FATAL_ERROR")
-                .and_then(|s| s.trim().parse().ok()),
-            cloudevents,
-        },
+    let sink = crate::ops::sink::build(
+        &args.sink,
+        &args.sink_options,
+        &args.format,
+        &cfg,
+        publish_timeout,
+        &env,
     )
     .await?;
     let mode = match args.mode {
@@ -97,8 +84,8 @@ pub async fn build(
             publish_timeout,
             max_attempts: args.retry.max_attempts,
             backoff: Backoff {
-                base: args.retry.backoff_base,
-                max: args.retry.backoff_max,
+                base: args.retry.backoff.backoff_base,
+                max: args.retry.backoff.backoff_max,
             },
             shutdown_grace: args.shutdown_timeout,
             failpoint,
@@ -109,35 +96,6 @@ pub async fn build(
         start: crate::relay::cursor::ClaimStart::default(),
     };
     Ok((relay, cfg))
-}
-
-/// What `--format` and the `--cloudevents-*` flags ask for: `None` for the document (the
-/// CloudEvents flags are refused with it, exit 2: they would be ignored).
-fn cloudevents_request(
-    args: &FormatArgs,
-    cfg: &DbConfig,
-) -> Result<Option<sink::cloudevents::Request>, CodedError> {
-    if args.format == EventFormat::Document {
-        let given = [
-            ("--cloudevents-mode", args.cloudevents_mode.is_some()),
-            ("--cloudevents-source", args.cloudevents_source.is_some()),
-        ];
-        if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
-            return Err(CodedError::usage(format!(
-                "{flag} only applies with --format cloudevents (OUTBOXCTL_FORMAT)"
-            )));
-        }
-        return Ok(None);
-    }
-    let mode = args.cloudevents_mode.map(|m| match m {
-        CloudEventsMode::Binary => sink::cloudevents::Mode::Binary,
-        CloudEventsMode::Structured => sink::cloudevents::Mode::Structured,
-    });
-    let source = match &args.cloudevents_source {
-        Some(s) => s.trim().to_owned(),
-        None => sink::cloudevents::default_source(cfg.database(), cfg.schema.name()),
-    };
-    Ok(Some(sink::cloudevents::Request { mode, source }))
 }
 
 pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
