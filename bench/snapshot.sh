@@ -14,6 +14,7 @@
 #   BASELINE_BIN=/tmp/outboxctl-old bench/snapshot.sh  # and an older one, in the same run
 #   MODES="tx" ROUNDS=3 EVENTS=50000 bench/snapshot.sh
 #   ORDERED=1 bench/snapshot.sh                        # the events' type ordered (ordering enable)
+#   FILLFACTOR=50 bench/snapshot.sh                    # the outbox table's fillfactor set first
 #
 # Needs: PostgreSQL reachable as a superuser (DATABASE_URL, default the test database), psql.
 set -euo pipefail
@@ -26,6 +27,7 @@ ROUNDS=${ROUNDS:-5}
 EVENTS=${EVENTS:-100000}
 MODES=${MODES:-tx lease}
 ORDERED=${ORDERED:-0}
+FILLFACTOR=${FILLFACTOR:-}
 SCHEMA=bench_snapshot
 export NO_COLOR=1 PGOPTIONS="-c client_min_messages=warning"
 unset OUTBOXCTL_LOG RUST_LOG
@@ -59,6 +61,7 @@ for entry in "${bins[@]}"; do
       psql_ -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE" -c "CREATE SCHEMA $SCHEMA" >/dev/null
       "$bin" --schema "$SCHEMA" migrate >/dev/null
       [ "$ORDERED" = 1 ] && "$bin" --schema "$SCHEMA" ordering enable --aggregate-type order >/dev/null
+      [ -n "$FILLFACTOR" ] && psql_ -c "ALTER TABLE $SCHEMA.outbox SET (fillfactor = $FILLFACTOR)" >/dev/null
       if [ "$held" = yes ]; then
         PGAPPNAME=$HOLDER_APP psql "$URL" -X -q >/dev/null 2>&1 <<'SQL' &
 BEGIN ISOLATION LEVEL REPEATABLE READ;
@@ -104,8 +107,8 @@ SQL
         due=$(echo "($t1 - $t0) * 1000 / 1" | bc)
         due_published=$(psql_ -c "SELECT round((extract(epoch FROM max(published_at)) - $t0) * 1000) FROM $SCHEMA.outbox")
       fi
-      dead=$(psql_ -c "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = '$SCHEMA' AND relname = 'outbox'")
-      echo "$name mode=$mode ordered=$ORDERED snapshot_held=$held events_per_s=${rates[*]} single_once_ms=$single due_once_ms=$due due_published_ms=$due_published dead_rows=$dead"
+      read -r dead upd hot < <(psql_ -F ' ' -c "SELECT n_dead_tup, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = '$SCHEMA' AND relname = 'outbox'")
+      echo "$name mode=$mode ordered=$ORDERED fillfactor=${FILLFACTOR:-100} snapshot_held=$held events_per_s=${rates[*]} single_once_ms=$single due_once_ms=$due due_published_ms=$due_published dead_rows=$dead updates=$upd hot_updates=$hot"
       release_snapshot
       wait 2>/dev/null || true
     done

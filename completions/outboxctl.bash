@@ -61,6 +61,9 @@ _outboxctl() {
             outboxctl,relay)
                 cmd="outboxctl__subcmd__relay"
                 ;;
+            outboxctl,replay)
+                cmd="outboxctl__subcmd__replay"
+                ;;
             outboxctl,requeue)
                 cmd="outboxctl__subcmd__requeue"
                 ;;
@@ -184,6 +187,9 @@ _outboxctl() {
             outboxctl__subcmd__help,relay)
                 cmd="outboxctl__subcmd__help__subcmd__relay"
                 ;;
+            outboxctl__subcmd__help,replay)
+                cmd="outboxctl__subcmd__help__subcmd__replay"
+                ;;
             outboxctl__subcmd__help,requeue)
                 cmd="outboxctl__subcmd__help__subcmd__requeue"
                 ;;
@@ -269,7 +275,7 @@ _outboxctl() {
 
     case "${cmd}" in
         outboxctl)
-            opts="-v -q -h -V --verbose --quiet --log-format --database-url --schema --connect-timeout --json --help --version migrate publish relay stats top dead dlq requeue ordering events event prune doctor grants completions demo bench help"
+            opts="-v -q -h -V --verbose --quiet --log-format --database-url --schema --connect-timeout --json --help --version migrate publish relay stats top dead dlq requeue replay ordering events event prune doctor grants completions demo bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1349,7 +1355,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__help)
-            opts="migrate publish relay stats top dead requeue ordering events prune doctor grants completions demo bench help"
+            opts="migrate publish relay stats top dead requeue replay ordering events prune doctor grants completions demo bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1713,6 +1719,20 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__help__subcmd__relay)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__help__subcmd__replay)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2233,7 +2253,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__relay)
-            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --sink --once --mode --batch-size --batch-bytes --concurrency --pipeline-depth --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --kafka-property --signing-secret-env --async-commit --metrics-addr --json --verbose --quiet --log-format --help --version"
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --sink --format --cloudevents-mode --cloudevents-source --once --mode --batch-size --batch-bytes --concurrency --pipeline-depth --lease --publish-timeout --max-attempts --backoff-base --backoff-max --poll-interval --shutdown-timeout --max-events --max-duration --http-header --kafka-property --signing-secret-env --async-commit --metrics-addr --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2256,6 +2276,18 @@ _outboxctl() {
                     return 0
                     ;;
                 --sink)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "document cloudevents" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-mode)
+                    COMPREPLY=($(compgen -W "binary structured" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-source)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2332,6 +2364,152 @@ _outboxctl() {
                     return 0
                     ;;
                 --metrics-addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__replay)
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --pooler --sink --format --cloudevents-mode --cloudevents-source --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --from-id --limit --fresh-keys --replay-id --rate --batch-size --batch-bytes --concurrency --publish-timeout --retry-for --backoff-base --backoff-max --http-header --kafka-property --signing-secret-env --reason --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --schema)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
+                    return 0
+                    ;;
+                --sink)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "document cloudevents" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-mode)
+                    COMPREPLY=($(compgen -W "binary structured" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-source)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --event-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tenant)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --aggregate-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --aggregate-id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --error)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --error-regex)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --from-id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replay-id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --rate)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch-bytes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --concurrency)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --publish-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --retry-for)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backoff-base)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backoff-max)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --http-header)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kafka-property)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --signing-secret-env)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --actor)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

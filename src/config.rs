@@ -240,7 +240,7 @@ impl DbConfig {
             options.get_username(),
             options.get_host(),
             options.get_port(),
-            options.get_database().unwrap_or(options.get_username())
+            database_of(&options)
         );
         Ok(Self {
             options,
@@ -251,6 +251,17 @@ impl DbConfig {
             source,
         })
     }
+}
+
+impl DbConfig {
+    /// The database connected to (libpq's default: the user's name).
+    pub fn database(&self) -> &str {
+        database_of(&self.options)
+    }
+}
+
+fn database_of(options: &PgConnectOptions) -> &str {
+    options.get_database().unwrap_or(options.get_username())
 }
 
 fn is_postgres_url(url: &str) -> bool {

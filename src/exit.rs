@@ -56,7 +56,9 @@ exit_codes! {
     /// Another run holds the lock (e.g. an overlapping `prune` from cron).
     LOCKED = 4;
     /// `relay`: the sink failed: every publish of a `--once` run failed, the sink was unavailable
-    /// during a `--once` run (rows given back untouched), or a local consumer stalled.
+    /// during a `--once` run (rows given back untouched), or a local consumer stalled. `replay`:
+    /// the sink failed for `--retry-for`, or rejected an event; the error names the `--from-id`
+    /// to resume with.
     SINK = 5;
     /// `migrate --check`: migrations are pending (or seed-era tables wait to be adopted, or there is
     /// no outbox yet): run `outboxctl migrate`.
@@ -64,8 +66,9 @@ exit_codes! {
     /// The role lacks a privilege on the outbox's schema (the error names the table and the
     /// `outboxctl grants` command that prints what to grant).
     PRIVILEGE = 7;
-    /// Stopped by SIGINT or SIGTERM before finishing (`demo`; the relay's second signal), after
-    /// cleaning up what could be cleaned up.
+    /// Stopped by SIGINT or SIGTERM before finishing (`demo`; `replay`, whose error names the
+    /// `--from-id` to resume with; the relay's second signal), after cleaning up what could be
+    /// cleaned up.
     INTERRUPTED = 130;
 }
 
@@ -210,7 +213,10 @@ pub fn code(failure: Failure<'_>) -> u8 {
         Failure::Db(Db::AdoptConflict { .. }) => USAGE,
         Failure::Sink(Sink::Invalid(_) | Sink::Unusable(_)) => USAGE,
         Failure::Sink(
-            Sink::Stalled { .. } | Sink::Unavailable { .. } | Sink::EveryPublishFailed { .. },
+            Sink::Stalled { .. }
+            | Sink::Unavailable { .. }
+            | Sink::EveryPublishFailed { .. }
+            | Sink::ReplayStopped { .. },
         ) => SINK,
         Failure::Config(
             Config::Invalid(_)

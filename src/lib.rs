@@ -60,6 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Top(args) => cmd::top::run(args).await,
             Command::Dead(args) => cmd::dead::run(args).await,
             Command::Requeue(args) => cmd::requeue::run(args).await,
+            Command::Replay(args) => cmd::replay::run(*args).await,
             Command::Ordering(args) => cmd::ordering::run(args).await,
             Command::Events(args) => cmd::events::run(args).await,
             Command::Prune(args) => cmd::prune::run(args).await,

@@ -80,17 +80,29 @@ impl Selection {
     /// Ids, filters or `--all`: exactly one of them. `verb` names the action in messages
     /// ("requeue", "discard").
     pub fn resolve(ids: &[i64], filter: EventFilter, all: bool, verb: &str) -> Result<Self, Error> {
+        Self::resolve_among(ids, filter, all, verb, "dead-lettered")
+    }
+
+    /// [`Selection::resolve`] among the events `which` names ("dead-lettered", "published"): what
+    /// `--all` means.
+    pub fn resolve_among(
+        ids: &[i64],
+        filter: EventFilter,
+        all: bool,
+        verb: &str,
+        which: &str,
+    ) -> Result<Self, Error> {
         match (ids.is_empty(), filter.is_empty(), all) {
             (true, true, false) => Err(Error::conflict(format!(
                 "nothing selected: give event ids, filters (e.g. --event-type, --since, --error) \
-                 or --all to {verb} every dead-lettered event"
+                 or --all to {verb} every {which} event"
             ))),
             (false, false, _) => Err(Error::conflict(
                 "give either event ids or filters, not both",
             )),
-            (false, true, true) | (true, false, true) => Err(Error::conflict(
-                "--all selects every dead-lettered event; leave out ids and filters with it",
-            )),
+            (false, true, true) | (true, false, true) => Err(Error::conflict(format!(
+                "--all selects every {which} event; leave out ids and filters with it"
+            ))),
             (false, true, false) => {
                 let mut ids = ids.to_vec();
                 ids.sort_unstable();

@@ -21,6 +21,7 @@ mod ordering;
 mod prune;
 mod publish;
 mod relay;
+mod replay;
 mod requeue;
 mod shared;
 mod stats;
@@ -47,8 +48,10 @@ pub use ordering::{
 pub use prune::PruneArgs;
 pub use publish::PublishArgs;
 pub use relay::{
-    LeaseArgs, RelayArgs, RelayMode, RetryArgs, SinkArgs, DEFAULT_LEASE, DEFAULT_SINK,
+    BackoffArgs, CloudEventsMode, EventFormat, FormatArgs, LeaseArgs, PublishTimeoutArgs,
+    RelayArgs, RelayMode, RetryArgs, SinkArgs, SinkOptionArgs, DEFAULT_LEASE, DEFAULT_SINK,
 };
+pub use replay::{ReplayArgs, DEFAULT_REPLAY_PUBLISH_TIMEOUT};
 pub use requeue::RequeueArgs;
 pub use shared::{
     AuditArgs, ChangeArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListArgs, LogArgs,
@@ -114,6 +117,7 @@ pub enum Command {
     #[command(visible_alias = "dlq")]
     Dead(DeadArgs),
     Requeue(RequeueArgs),
+    Replay(Box<ReplayArgs>),
     Ordering(OrderingArgs),
     #[command(visible_alias = "event")]
     Events(EventsArgs),

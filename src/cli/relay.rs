@@ -45,6 +45,41 @@ impl SinkArgs {
     }
 }
 
+/// The sinks' own flags beside `--sink` (headers, Kafka properties, signing): `relay` and
+/// `replay` take the same.
+#[derive(Debug, Clone, Args)]
+pub struct SinkOptionArgs {
+    /// Extra HTTP header for the http sink (repeatable). Placeholders: {id}, {idempotency_key},
+    /// {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}.
+    /// E.g. --http-header 'Upstash-Deduplication-Id: {idempotency_key}'. In the environment
+    /// variable, one header per line.
+    #[arg(
+        long = "http-header",
+        value_name = "NAME: VALUE",
+        env = "OUTBOXCTL_HTTP_HEADERS",
+        value_delimiter = '\n'
+    )]
+    pub http_headers: Vec<String>,
+
+    /// A librdkafka property for the kafka sink (repeatable), e.g. security.protocol=SASL_SSL,
+    /// sasl.mechanism=SCRAM-SHA-512, sasl.username=relay, sasl.password=..., linger.ms=10. Values
+    /// are never shown or logged; prefer the environment variable for secrets (one KEY=VALUE per
+    /// line). bootstrap.servers, enable.idempotence and message.timeout.ms are the relay's.
+    #[arg(
+        long = "kafka-property",
+        value_name = "KEY=VALUE",
+        env = "OUTBOXCTL_KAFKA_PROPERTY",
+        value_delimiter = '\n'
+    )]
+    pub kafka_properties: Vec<String>,
+
+    /// Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable:
+    /// `whsec_...`, or two separated by a space during rotation. The secret itself never goes on
+    /// the command line.
+    #[arg(long, env = "OUTBOXCTL_SIGNING_SECRET_ENV", value_name = "VAR")]
+    pub signing_secret_env: Option<String>,
+}
+
 /// How long the relay holds a claim and waits for one publish: `relay` uses them, `doctor`
 /// checks them against each other.
 #[derive(Debug, Clone, Args)]
@@ -53,10 +88,25 @@ pub struct LeaseArgs {
     #[arg(long, env = "OUTBOXCTL_LEASE", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     lease: Option<Duration>,
 
+    #[command(flatten)]
+    publish: PublishTimeoutArgs,
+}
+
+/// How long one publish may take: part of [`LeaseArgs`] for `relay` and `doctor` (where its
+/// default is half the lease), and `replay`'s own (no lease there: its help says its default).
+#[derive(Debug, Clone, Args)]
+pub struct PublishTimeoutArgs {
     /// Timeout of one publish (a stdout or file write too); must be shorter than --lease
     /// [default: half the lease].
     #[arg(long, env = "OUTBOXCTL_PUBLISH_TIMEOUT", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     publish_timeout: Option<Duration>,
+}
+
+impl PublishTimeoutArgs {
+    /// The timeout, if one was given.
+    pub fn given(&self) -> Option<Duration> {
+        self.publish_timeout
+    }
 }
 
 impl LeaseArgs {
@@ -67,13 +117,64 @@ impl LeaseArgs {
 
     /// The publish timeout given, or half the lease.
     pub fn publish_timeout(&self) -> Duration {
-        self.publish_timeout.unwrap_or(self.lease() / 2)
+        self.publish.given().unwrap_or(self.lease() / 2)
     }
 
     /// Whether either was given.
     pub fn given(&self) -> bool {
-        self.lease.is_some() || self.publish_timeout.is_some()
+        self.lease.is_some() || self.publish.given().is_some()
     }
+}
+
+/// What each event is sent as: `relay` and `replay` use it.
+#[derive(Debug, Clone, Args)]
+pub struct FormatArgs {
+    /// What each event is sent as: `document` (outboxctl's JSON document) or `cloudevents`
+    /// (CloudEvents 1.0).
+    ///
+    /// With `cloudevents` (docs/sinks/cloudevents.md): id the idempotency key, type the event
+    /// type, subject AGGREGATE_TYPE/AGGREGATE_ID, time created_at, data the payload byte for byte,
+    /// and the extensions outboxid and tenantid. For http(s), kafka, nats, amqp, stdout and file
+    /// (redis is refused, exit 2); signing, dedup ids and the other headers stay as they are.
+    #[arg(long, env = "OUTBOXCTL_FORMAT", value_enum, default_value_t = EventFormat::Document, value_name = "FORMAT")]
+    pub format: EventFormat,
+
+    /// With --format cloudevents: how the attributes travel, `binary` or `structured`.
+    ///
+    /// `binary`: each attribute in a header, the payload as the body. `structured`: the whole
+    /// event as one application/cloudevents+json body. http(s) sends either; kafka, nats and amqp
+    /// only binary; stdout and file only structured (one JSON object per line). A mode the sink
+    /// does not send is refused (exit 2) [default: binary; structured for stdout and file].
+    #[arg(
+        long,
+        env = "OUTBOXCTL_CLOUDEVENTS_MODE",
+        value_enum,
+        value_name = "MODE"
+    )]
+    pub cloudevents_mode: Option<CloudEventsMode>,
+
+    /// With --format cloudevents: the `source` attribute, a URI-reference, e.g.
+    /// https://shop.example.com/orders [default: /outboxctl/DATABASE/SCHEMA].
+    #[arg(
+        long,
+        env = "OUTBOXCTL_CLOUDEVENTS_SOURCE",
+        value_name = "URI-REFERENCE"
+    )]
+    pub cloudevents_source: Option<String>,
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EventFormat {
+    Document,
+    Cloudevents,
+}
+
+/// `--cloudevents-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CloudEventsMode {
+    Binary,
+    Structured,
 }
 
 /// How the relay retries an event: `relay` uses them, `doctor` checks them (the retry horizon).
@@ -84,6 +185,14 @@ pub struct RetryArgs {
     #[arg(long, env = "OUTBOXCTL_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_attempts: u32,
 
+    #[command(flatten)]
+    pub backoff: BackoffArgs,
+}
+
+/// How long to wait before trying a failed publish again: the relay's retries (in
+/// [`RetryArgs`]) and `replay`'s.
+#[derive(Debug, Clone, Args)]
+pub struct BackoffArgs {
     /// Backoff after the first failure; doubles per attempt, with jitter.
     #[arg(long, env = "OUTBOXCTL_BACKOFF_BASE", default_value = "1s", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub backoff_base: Duration,
@@ -126,6 +235,9 @@ pub struct RelayArgs {
 
     #[command(flatten)]
     pub sink: SinkArgs,
+
+    #[command(flatten)]
+    pub format: FormatArgs,
 
     /// Drain what is ready now, print a summary, exit.
     ///
@@ -189,35 +301,8 @@ pub struct RelayArgs {
     #[arg(long, env = "OUTBOXCTL_MAX_DURATION", requires = "once", value_parser = parse_nonzero_duration, value_name = "DURATION")]
     pub max_duration: Option<Duration>,
 
-    /// Extra HTTP header for the http sink (repeatable). Placeholders: {id}, {idempotency_key},
-    /// {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}.
-    /// E.g. --http-header 'Upstash-Deduplication-Id: {idempotency_key}'. In the environment
-    /// variable, one header per line.
-    #[arg(
-        long = "http-header",
-        value_name = "NAME: VALUE",
-        env = "OUTBOXCTL_HTTP_HEADERS",
-        value_delimiter = '\n'
-    )]
-    pub http_headers: Vec<String>,
-
-    /// A librdkafka property for the kafka sink (repeatable), e.g. security.protocol=SASL_SSL,
-    /// sasl.mechanism=SCRAM-SHA-512, sasl.username=relay, sasl.password=..., linger.ms=10. Values
-    /// are never shown or logged; prefer the environment variable for secrets (one KEY=VALUE per
-    /// line). bootstrap.servers, enable.idempotence and message.timeout.ms are the relay's.
-    #[arg(
-        long = "kafka-property",
-        value_name = "KEY=VALUE",
-        env = "OUTBOXCTL_KAFKA_PROPERTY",
-        value_delimiter = '\n'
-    )]
-    pub kafka_properties: Vec<String>,
-
-    /// Sign HTTP deliveries (Standard Webhooks) with the secret(s) in this environment variable:
-    /// `whsec_...`, or two separated by a space during rotation. The secret itself never goes on
-    /// the command line.
-    #[arg(long, env = "OUTBOXCTL_SIGNING_SECRET_ENV", value_name = "VAR")]
-    pub signing_secret_env: Option<String>,
+    #[command(flatten)]
+    pub sink_options: SinkOptionArgs,
 
     /// Let the relay's own session commit asynchronously (synchronous_commit=off). A mark lost in
     /// a server crash only causes a re-publish with the same dedup id.

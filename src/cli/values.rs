@@ -101,9 +101,41 @@ fn parse_time(s: &str) -> Option<chrono::DateTime<chrono::Utc>> {
         .map(|t| t.and_utc())
 }
 
+/// A rate of events: `N/s`, `N/m`, `N/h` (also `/sec`, `/min`, `/hour`), or `N` alone (per
+/// second); `N` may have a fraction (`0.5/s`). Returns events per second, greater than zero.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let q = crate::output::escape_controls(s);
+    let bad = || format!("`{q}` is not a rate; use e.g. 100/s, 600/m or 3600/h");
+    let t = s.trim();
+    let (n, per) = t.split_once('/').unwrap_or((t, "s"));
+    let seconds = match per.trim() {
+        "s" | "sec" | "second" => 1.0,
+        "m" | "min" | "minute" => 60.0,
+        "h" | "hour" => 3600.0,
+        _ => return Err(bad()),
+    };
+    let n: f64 = n.trim().parse().map_err(|_| bad())?;
+    if !n.is_finite() || n <= 0.0 {
+        return Err(format!("`{q}` must be greater than zero"));
+    }
+    Ok(n / seconds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("100/s"), Ok(100.0));
+        assert_eq!(parse_rate("100"), Ok(100.0));
+        assert_eq!(parse_rate(" 600/m "), Ok(10.0));
+        assert_eq!(parse_rate("3600/hour"), Ok(1.0));
+        assert_eq!(parse_rate("0.5/s"), Ok(0.5));
+        for bad in ["0/s", "-1/s", "fast", "10/d", "", "NaN/s", "inf"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations() {

@@ -14,6 +14,7 @@ pub mod ordering;
 pub mod prune;
 pub mod publish;
 pub mod relay;
+pub mod replay;
 pub mod requeue;
 pub mod stats;
 pub mod top;

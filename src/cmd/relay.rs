@@ -12,7 +12,7 @@ use crate::exit::{self, CodedError};
 use crate::relay::daemon::{DaemonSettings, OnceLimits};
 use crate::relay::step::Failpoint;
 use crate::relay::{Backoff, Mode, Relay, RelayConfig, RelayEvent, Report};
-use crate::sink::{self, SinkOptions};
+use crate::sink;
 use crate::{db, output};
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -43,27 +43,16 @@ pub async fn build(
         ))
         .into());
     }
-    if args.retry.backoff_base > args.retry.backoff_max {
+    if args.retry.backoff.backoff_base > args.retry.backoff.backoff_max {
         return Err(CodedError::usage("--backoff-base must not exceed --backoff-max").into());
     }
-    let signing_secrets = match &args.signing_secret_env {
-        Some(var) => Some(env(var).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
-            CodedError::usage(format!(
-                "--signing-secret-env names `{var}`, but that variable is not set"
-            ))
-        })?),
-        None => None,
-    };
-    let sink = sink::from_spec(
-        args.sink.spec(),
-        &SinkOptions {
-            http_headers: args.http_headers.clone(),
-            signing_secrets,
-            timeout: publish_timeout,
-            kafka_properties: args.kafka_properties.clone(),
-            kafka_test_fatal_error_at: env("OUTBOXCTL_TEST_KAFKA_FATAL_ERROR")
-                .and_then(|s| s.trim().parse().ok()),
-        },
+    let sink = crate::ops::sink::build(
+        &args.sink,
+        &args.sink_options,
+        &args.format,
+        &cfg,
+        publish_timeout,
+        &env,
     )
     .await?;
     let mode = match args.mode {
@@ -106,8 +95,8 @@ pub async fn build(
             publish_timeout,
             max_attempts: args.retry.max_attempts,
             backoff: Backoff {
-                base: args.retry.backoff_base,
-                max: args.retry.backoff_max,
+                base: args.retry.backoff.backoff_base,
+                max: args.retry.backoff.backoff_max,
             },
             shutdown_grace: args.shutdown_timeout,
             failpoint,

@@ -16,8 +16,8 @@ pub enum Use {
     Producer,
     /// `relay` (every mode and sink): claims, marks, retries and dead-letters events.
     Relay,
-    /// `dead`, `requeue`, `events` (list, show, edit, cancel, reschedule), `ordering skip`,
-    /// `prune`: reads and repairs events, with an audit row per change.
+    /// `dead`, `requeue`, `replay`, `events` (list, show, edit, cancel, reschedule), `ordering
+    /// skip`, `prune`: reads and repairs events, with an audit row per change.
     Operator,
     /// `stats`, `doctor`, `events list/show`, `dead list/show/export`, `migrate --check`: reads.
     Monitor,

@@ -32,6 +32,8 @@ pub const AUDIT_SCHEMA: i64 = 4;
 pub const EDIT_SCHEMA: i64 = 5;
 /// Migration 6: `outbox_ordering`, the key index, `blocks_key` (ordered delivery per aggregate).
 pub const ORDERING_SCHEMA: i64 = 6;
+/// Migration 12: the audit trail records `replay` runs.
+pub const REPLAY_SCHEMA: i64 = 12;
 
 /// Where one migration stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]

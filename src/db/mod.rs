@@ -45,6 +45,7 @@ pub mod ordering;
 pub mod prune;
 pub mod publish;
 pub mod relay;
+pub mod replay;
 pub mod session;
 pub mod stats;
 pub mod timestamp;

@@ -53,7 +53,7 @@ fn ready(rows: i64, filter: &str, after: (u8, u8)) -> String {
 /// `octet_length(payload::text)` (a second jsonb-to-text conversion per row). The jsonb size is
 /// within a factor of about two of the text the relay receives (larger for small objects and
 /// numbers, smaller for strings full of escapes).
-fn jsonb_size(col: &str) -> String {
+pub(crate) fn jsonb_size(col: &str) -> String {
     format!(
         "CASE WHEN pg_column_compression({col}) IS NULL THEN pg_column_size({col}) \
               ELSE pg_column_size({col} #> '{{}}') END"

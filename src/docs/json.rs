@@ -23,6 +23,7 @@ pub fn outputs() -> Vec<Output> {
         cmd::stats::json_outputs(),
         cmd::dead::json_outputs(),
         cmd::requeue::json_outputs(),
+        cmd::replay::json_outputs(),
         cmd::ordering::json_outputs(),
         cmd::events::json_outputs(),
         cmd::events::edit::json_outputs(),

@@ -9,6 +9,8 @@
 //!   for sinks that publish a whole batch within one `--publish-timeout` (local ones, Redis,
 //!   Kafka: `Sink::batch_within_one_timeout`).
 //!
+//! [`replay`] sends published events again through the same sinks, changing nothing.
+//!
 //! The loops may keep several steps in flight at once ([`pipeline`], `--pipeline-depth`): the next
 //! batch is claimed while the previous one publishes.
 
@@ -19,6 +21,7 @@ pub mod events;
 pub mod metrics;
 pub mod ordering;
 pub mod pipeline;
+pub mod replay;
 pub mod step;
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! What ends a command at the sink: `--sink` (or a sink flag) cannot be used as given, or a
-//! `relay` run's sink failed as a whole. One publish's failure, which the relay acts on (retry,
+//! `relay` or `replay` run's sink failed as a whole. One publish's failure, which the relay acts on (retry,
 //! dead-letter, give back), is a [`SinkError`](super::SinkError) instead. Which exit code each
 //! variant means is decided in one place, [`crate::exit`].
 
@@ -32,6 +32,17 @@ pub enum Error {
         sink: String,
         cause: String,
         given_back: u64,
+    },
+    /// A `replay` run stopped at the sink: it kept failing for `--retry-for`, rejected an event for
+    /// good, or a local consumer went away. `stopped` says which and why; `resume` is the flags
+    /// that send the rest.
+    #[error("the sink ({sink}) {stopped}; replayed {sent} of {matched}; resume with {resume}")]
+    ReplayStopped {
+        sink: String,
+        stopped: String,
+        sent: u64,
+        matched: String,
+        resume: String,
     },
     /// Every publish of a `relay --once` run failed.
     #[error(

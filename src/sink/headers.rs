@@ -90,12 +90,17 @@ pub struct HeaderPolicy {
     name_ok: fn(&str) -> bool,
     value_ok: fn(&str) -> bool,
     warned: Mutex<HashSet<String>>,
+    /// `--format cloudevents`: the binding's attribute headers (lower case), never a row's; and
+    /// the body no longer holds the row's headers.
+    cloudevents: Option<(&'static [&'static str], &'static [&'static str])>,
 }
 
 /// Why a header was not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Skip {
     Reserved,
+    /// A CloudEvents attribute header of the binding (`--format cloudevents`).
+    CloudEvents,
     InvalidName,
     InvalidValue,
     TooLong,
@@ -126,6 +131,7 @@ impl HeaderPolicy {
             name_ok: |n| reqwest::header::HeaderName::from_bytes(n.as_bytes()).is_ok(),
             value_ok: |v| reqwest::header::HeaderValue::from_str(v).is_ok(),
             warned: Mutex::new(HashSet::new()),
+            cloudevents: None,
         }
     }
 
@@ -141,6 +147,7 @@ impl HeaderPolicy {
             name_ok: |n| n.parse::<async_nats::HeaderName>().is_ok(),
             value_ok: |v| v.parse::<async_nats::HeaderValue>().is_ok(),
             warned: Mutex::new(HashSet::new()),
+            cloudevents: None,
         }
     }
 
@@ -156,6 +163,7 @@ impl HeaderPolicy {
             name_ok: |_| true,
             value_ok: |_| true,
             warned: Mutex::new(HashSet::new()),
+            cloudevents: None,
         }
     }
 
@@ -171,7 +179,24 @@ impl HeaderPolicy {
             name_ok: |_| true,
             value_ok: |_| true,
             warned: Mutex::new(HashSet::new()),
+            cloudevents: None,
         }
+    }
+
+    /// With `--format cloudevents`: `binding`'s attribute headers are the relay's too (a row's
+    /// `ce-id` would replace the event's id), and the WARN no longer says the body keeps the
+    /// header (the body is the payload, or the CloudEvent, without the row's headers).
+    pub fn for_cloudevents(mut self, binding: Option<super::cloudevents::Binding>) -> Self {
+        self.cloudevents = binding.map(|b| b.reserved());
+        self
+    }
+
+    /// Whether `name` (any case) is one of the CloudEvents attribute headers.
+    fn is_cloudevents(&self, name: &str) -> bool {
+        let lower = name.to_ascii_lowercase();
+        self.cloudevents.is_some_and(|(prefixes, names)| {
+            prefixes.iter().any(|p| lower.starts_with(p)) || names.contains(&lower.as_str())
+        })
     }
 
     /// Whether `name` (any case) is reserved by this transport.
@@ -184,6 +209,9 @@ impl HeaderPolicy {
     fn check(&self, name: &str, value: &str) -> Result<(), Skip> {
         if name.is_empty() || name.len() > MAX_NAME_BYTES || !(self.name_ok)(name) {
             return Err(Skip::InvalidName);
+        }
+        if self.is_cloudevents(name) {
+            return Err(Skip::CloudEvents);
         }
         if self.is_reserved(name) {
             return Err(Skip::Reserved);
@@ -220,18 +248,29 @@ impl HeaderPolicy {
         let shown: String = name.chars().take(64).collect();
         let reason = match skip {
             Skip::Reserved => self.reserved_why,
+            Skip::CloudEvents => "a CloudEvents attribute header, set by the relay",
             Skip::InvalidName => "not a valid header name for this transport",
             Skip::InvalidValue => "its value is not valid for this transport",
             Skip::TooLong => "its value is longer than 4096 bytes",
             Skip::OverBudget => "the event's headers exceed 16 KiB",
         };
-        tracing::warn!(
-            sink = self.transport,
-            id = e.id,
-            header = ?shown,
-            reason,
-            "event header not sent (it stays in the document's headers; logged once per name)"
-        );
+        if self.cloudevents.is_some() {
+            tracing::warn!(
+                sink = self.transport,
+                id = e.id,
+                header = ?shown,
+                reason,
+                "event header not sent (with --format cloudevents the body does not hold it; logged once per name)"
+            );
+        } else {
+            tracing::warn!(
+                sink = self.transport,
+                id = e.id,
+                header = ?shown,
+                reason,
+                "event header not sent (it stays in the document's headers; logged once per name)"
+            );
+        }
     }
 }
 
@@ -326,6 +365,42 @@ mod tests {
         let e =
             event(r#"{"ID":"x","idempotency_key":"x","Event_Type":"x","x-delay":"1","a:b c":"é"}"#);
         assert_eq!(names(&e, &p), vec!["a:b c", "x-delay"]);
+    }
+
+    #[test]
+    fn with_cloudevents_the_bindings_attribute_headers_are_the_relays() {
+        use super::super::cloudevents::Binding;
+        let e = event(
+            r#"{"ce-id":"x","CE-Source":"x","ce_id":"x","Content-Type":"x","cloudEvents_id":"x","cloudevents:type":"x","keep":"1"}"#,
+        );
+        let http = HeaderPolicy::http([]).for_cloudevents(Some(Binding::Http));
+        assert_eq!(names(&e, &http), vec!["ce_id", "cloudEvents_id", "keep"]);
+        let kafka = HeaderPolicy::kafka().for_cloudevents(Some(Binding::Kafka));
+        assert_eq!(
+            names(&e, &kafka),
+            vec![
+                "CE-Source",
+                "ce-id",
+                "cloudEvents_id",
+                "cloudevents:type",
+                "keep"
+            ]
+        );
+        let amqp = HeaderPolicy::amqp().for_cloudevents(Some(Binding::Amqp));
+        assert_eq!(
+            names(&e, &amqp),
+            vec!["CE-Source", "ce-id", "ce_id", "keep"]
+        );
+        let nats = HeaderPolicy::nats().for_cloudevents(Some(Binding::Nats));
+        assert_eq!(
+            names(&e, &nats),
+            vec!["Content-Type", "ce_id", "cloudEvents_id", "keep"]
+        );
+        assert_eq!(
+            names(&e, &HeaderPolicy::nats()).len(),
+            6,
+            "no change without it"
+        );
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! `--http-header` (with `{placeholders}`), and, when a signing secret is configured, Standard
 //! Webhooks `webhook-id`/`webhook-timestamp`/`webhook-signature` over the exact bytes sent.
 //! Only 2xx is success; redirects are not followed.
+//!
+//! With `--format cloudevents` the body is the payload (binary mode: the attributes as `ce-*`
+//! headers, [`Binding::Http`]) or the whole CloudEvent (structured mode, `Content-Type:
+//! application/cloudevents+json`); every other header above is sent as well, and the signature
+//! covers the body sent.
 
 use std::time::Duration;
 
@@ -15,6 +20,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::StatusCode;
 use sha2::Sha256;
 
+use super::cloudevents::{Binding, CloudEvents};
 use super::headers::{self, HeaderPolicy};
 use super::template::Template;
 use super::{
@@ -28,10 +34,16 @@ pub struct HttpSink {
     extra: Vec<(HeaderName, Template)>,
     signer: Option<Signer>,
     row_headers: HeaderPolicy,
+    /// `--format cloudevents`; `None`: the document.
+    cloudevents: Option<CloudEvents>,
 }
 
 impl HttpSink {
-    pub fn new(spec: &str, opts: &SinkOptions) -> Result<Self, super::Error> {
+    pub fn new(
+        spec: &str,
+        opts: &SinkOptions,
+        cloudevents: Option<CloudEvents>,
+    ) -> Result<Self, super::Error> {
         let url = reqwest::Url::parse(spec).map_err(|e| {
             super::Error::invalid(format!(
                 "invalid --sink `{}`: {e}",
@@ -63,6 +75,11 @@ impl HttpSink {
                     "invalid --http-header `{name}`: framing, hop-by-hop and webhook-* headers are the relay's own (put the host in --sink)"
                 )));
             }
+            if cloudevents.is_some() && lower.starts_with(Binding::Http.prefix()) {
+                return Err(super::Error::invalid(format!(
+                    "invalid --http-header `{name}`: with --format cloudevents, ce-* headers are the event's attributes, set by the relay (see --cloudevents-source)"
+                )));
+            }
             // Template's error quotes the unknown placeholder, which is part of the value.
             let template = Template::parse(value.trim(), "").map_err(|_| {
                 super::Error::invalid(format!(
@@ -76,7 +93,9 @@ impl HttpSink {
             })?;
             extra.push((name, template));
         }
-        let row_headers = HeaderPolicy::http(extra.iter().map(|(n, _)| n.as_str()));
+        // Structured mode too: a receiver takes a message with a `ce-*` header for binary mode.
+        let row_headers = HeaderPolicy::http(extra.iter().map(|(n, _)| n.as_str()))
+            .for_cloudevents(cloudevents.as_ref().map(|_| Binding::Http));
         let signer = match &opts.signing_secrets {
             Some(text) => Some(Signer::from_secrets(text).map_err(super::Error::invalid)?),
             None => None,
@@ -96,13 +115,30 @@ impl HttpSink {
             extra,
             signer,
             row_headers,
+            cloudevents,
         })
     }
 
     async fn publish_one(&self, e: &Event) -> Result<(), SinkError> {
         let mut body = Vec::with_capacity(256 + e.payload.len());
-        write_envelope(e, &mut body);
+        let mut content_type = HeaderValue::from_static("application/json");
         let mut headers = HeaderMap::new();
+        match &self.cloudevents {
+            None => write_envelope(e, &mut body),
+            Some(ce) => {
+                ce.write_body(e, &mut body);
+                content_type = HeaderValue::from_static(ce.content_type());
+                // Percent-encoded: printable ASCII, always a valid value.
+                for (k, v) in ce.headers(Binding::Http, e) {
+                    if let (Ok(name), Ok(value)) = (
+                        HeaderName::from_bytes(k.as_bytes()),
+                        HeaderValue::from_str(&v),
+                    ) {
+                        headers.insert(name, value);
+                    }
+                }
+            }
+        }
         // The policy has dropped every name set below, and checked names and values.
         for (k, v) in headers::row_headers(e, &self.row_headers) {
             if let (Ok(name), Ok(value)) = (
@@ -112,10 +148,7 @@ impl HttpSink {
                 headers.append(name, value);
             }
         }
-        headers.insert(
-            reqwest::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        headers.insert(reqwest::header::CONTENT_TYPE, content_type);
         let key = HeaderValue::from_str(&e.idempotency_key).map_err(|_| {
             SinkError::Permanent("idempotency key is not a valid HTTP header value".into())
         })?;

@@ -26,6 +26,9 @@
 //! topic does not exist, longer than a message's timeout: the relay sets it to half the message
 //! timeout (see [`metadata_propagation`]), so an unknown topic is reported as such rather than as
 //! `MessageTimedOut`. A `--kafka-property` may set it otherwise.
+//!
+//! With `--format cloudevents` the value is the payload and the record also carries the
+//! attributes as `ce_*` headers and `content-type` ([`Binding::Kafka`], binary mode).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,6 +43,7 @@ use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, ClientContext};
 
+use super::cloudevents::{Binding, CloudEvents};
 use super::headers::{self, HeaderPolicy};
 use super::template::Template;
 use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
@@ -71,6 +75,8 @@ pub struct KafkaSink {
     test_fatal_at: Option<u64>,
     /// Publish calls so far (for `test_fatal_at`).
     publishes: AtomicU64,
+    /// `--format cloudevents`; `None`: the document.
+    cloudevents: Option<CloudEvents>,
 }
 
 /// What librdkafka's callbacks tell the sink.
@@ -339,7 +345,16 @@ impl KafkaSink {
             warned_topics: Mutex::new(HashSet::new()),
             test_fatal_at: None,
             publishes: AtomicU64::new(0),
+            cloudevents: None,
         })
+    }
+
+    /// Sends CloudEvents (binary mode) instead of the document.
+    pub fn with_cloudevents(mut self, ce: Option<CloudEvents>) -> Self {
+        self.row_headers =
+            HeaderPolicy::kafka().for_cloudevents(ce.as_ref().map(|_| Binding::Kafka));
+        self.cloudevents = ce;
+        self
     }
 
     /// Test-only hook (the hidden `OUTBOXCTL_TEST_KAFKA_FATAL_ERROR=N`): in the `n`th publish
@@ -395,7 +410,15 @@ impl KafkaSink {
                 key: "event_type",
                 value: Some(e.event_type.as_bytes()),
             });
-        for (k, v) in headers::row_headers(e, &self.row_headers) {
+        let attributes = self
+            .cloudevents
+            .as_ref()
+            .map(|ce| ce.headers(Binding::Kafka, e))
+            .unwrap_or_default();
+        for (k, v) in attributes
+            .into_iter()
+            .chain(headers::row_headers(e, &self.row_headers))
+        {
             h = h.insert(Header {
                 key: &k,
                 value: Some(v.as_bytes()),
@@ -581,7 +604,10 @@ impl Sink for KafkaSink {
                 continue;
             }
             body.clear();
-            write_envelope(e, &mut body);
+            match &self.cloudevents {
+                Some(ce) => ce.write_body(e, &mut body),
+                None => write_envelope(e, &mut body),
+            }
             let key = self.key.as_ref().map(|k| k.expand(e));
             let mut record = FutureRecord::to(&topic)
                 .payload(&body[..])

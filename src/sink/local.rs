@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
+use super::cloudevents::CloudEvents;
 use super::{write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
 use crate::lock::lock;
 
@@ -51,6 +52,8 @@ pub struct LocalSink {
     name: String,
     /// Whether SIGHUP reopens the target (a file, for logrotate).
     reopens: bool,
+    /// `--format cloudevents`: one structured CloudEvent per line instead of the document.
+    cloudevents: Option<CloudEvents>,
 }
 
 impl LocalSink {
@@ -59,7 +62,14 @@ impl LocalSink {
             writer: Writer::spawn(target),
             name,
             reopens,
+            cloudevents: None,
         }
+    }
+
+    /// Writes structured CloudEvents (JSON Lines) instead of the document.
+    pub fn with_cloudevents(mut self, ce: Option<CloudEvents>) -> Self {
+        self.cloudevents = ce;
+        self
     }
 }
 
@@ -68,7 +78,10 @@ impl Sink for LocalSink {
     async fn publish(&self, events: &[Event], ctl: &PublishCtl) -> Vec<Outcome> {
         let mut buf = Vec::with_capacity(events.len() * 256);
         for e in events {
-            write_envelope(e, &mut buf);
+            match &self.cloudevents {
+                Some(ce) => ce.write_structured(e, &mut buf),
+                None => write_envelope(e, &mut buf),
+            }
             buf.push(b'\n');
         }
         let outcome = self.writer.write(buf, events.len(), ctl.timeout).await;

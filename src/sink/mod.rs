@@ -7,6 +7,7 @@
 //! decides, per batch, whether these are an outage or per-event outcomes after all.
 
 pub mod amqp;
+pub mod cloudevents;
 mod error;
 pub mod file;
 pub mod headers;
@@ -379,6 +380,9 @@ pub struct SinkOptions {
     /// Test-only (hidden `OUTBOXCTL_TEST_KAFKA_FATAL_ERROR`): the Kafka publish call in which to
     /// raise a fabricated fatal producer error.
     pub kafka_test_fatal_error_at: Option<u64>,
+    /// `--format cloudevents`: what the CloudEvents flags asked for (checked against the sink by
+    /// [`cloudevents::resolve`]); `None`: the document.
+    pub cloudevents: Option<cloudevents::Request>,
 }
 
 /// The kinds of `--sink` spec, by how it begins: the one list of the sink schemes (what
@@ -517,6 +521,10 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
             "--kafka-property only applies to a kafka:// --sink",
         ));
     }
+    let ce = match &opts.cloudevents {
+        Some(req) => Some(cloudevents::resolve(req, scheme)?),
+        None => None,
+    };
     Ok(match scheme {
         Scheme::Stdout => {
             if stdout::is_dev_null() {
@@ -524,7 +532,7 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
                     "--sink stdout: stdout is /dev/null (or was closed, which reads the same), so every event would be marked published and thrown away; use --sink null to discard events on purpose, or give stdout a pipe or a file",
                 ));
             }
-            Arc::new(stdout::sink())
+            Arc::new(stdout::sink().with_cloudevents(ce))
         }
         Scheme::Null => Arc::new(memory::NullSink),
         Scheme::File => {
@@ -534,20 +542,29 @@ pub async fn from_spec(spec: &str, opts: &SinkOptions) -> Result<Arc<dyn Sink>, 
                     "invalid --sink `file:`: give a path, e.g. file:/var/log/outbox.jsonl",
                 ));
             }
-            Arc::new(file::open(path).map_err(|e| {
-                Error::unusable(format!(
-                    "invalid --sink: cannot open {path} for appending: {e}"
-                ))
-            })?)
+            Arc::new(
+                file::open(path)
+                    .map_err(|e| {
+                        Error::unusable(format!(
+                            "invalid --sink: cannot open {path} for appending: {e}"
+                        ))
+                    })?
+                    .with_cloudevents(ce),
+            )
         }
-        Scheme::Http | Scheme::Https => Arc::new(http::HttpSink::new(spec, opts)?),
-        Scheme::Amqp => Arc::new(amqp::AmqpSink::new(spec)?),
+        Scheme::Http | Scheme::Https => Arc::new(http::HttpSink::new(spec, opts, ce)?),
+        Scheme::Amqp => Arc::new(amqp::AmqpSink::new(spec)?.with_cloudevents(ce)),
         Scheme::Redis => Arc::new(redis::RedisSink::new(spec)?),
         Scheme::Kafka => Arc::new(
             kafka::KafkaSink::new(spec, &opts.kafka_properties, opts.timeout)?
-                .with_test_fatal_error_at(opts.kafka_test_fatal_error_at),
+                .with_test_fatal_error_at(opts.kafka_test_fatal_error_at)
+                .with_cloudevents(ce),
         ),
-        Scheme::Nats => Arc::new(nats::NatsSink::connect(spec, opts.timeout).await?),
+        Scheme::Nats => Arc::new(
+            nats::NatsSink::connect(spec, opts.timeout)
+                .await?
+                .with_cloudevents(ce),
+        ),
     })
 }
 

@@ -12,6 +12,9 @@
 //! discard=new: JetStream error 10077), a server out of JetStream resources, a subject no stream
 //! captures and a subject the user may not publish to are [`SinkError::Backpressure`], never
 //! counted.
+//!
+//! With `--format cloudevents` the body is the payload and the attributes travel as `ce-*`
+//! headers, `ce-datacontenttype` too ([`Binding::Nats`], binary mode), beside `Nats-Msg-Id`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 
+use super::cloudevents::{Binding, CloudEvents};
 use super::headers::{self, HeaderPolicy};
 use super::template::Template;
 use super::{publish_each, write_envelope, Event, Outcome, PublishCtl, Sink, SinkError};
@@ -33,6 +37,8 @@ pub struct NatsSink {
     problems: Arc<Mutex<Problems>>,
     /// How long a server error is taken as the cause of a later ack timeout.
     recent: Duration,
+    /// `--format cloudevents`; `None`: the document.
+    cloudevents: Option<CloudEvents>,
 }
 
 /// What the server or the connection said outside any reply. A publish the server refuses
@@ -213,7 +219,15 @@ impl NatsSink {
             row_headers: HeaderPolicy::nats(),
             problems,
             recent: (timeout * 2).max(Duration::from_secs(60)),
+            cloudevents: None,
         })
+    }
+
+    /// Sends CloudEvents (binary mode) instead of the document.
+    pub fn with_cloudevents(mut self, ce: Option<CloudEvents>) -> Self {
+        self.row_headers = HeaderPolicy::nats().for_cloudevents(ce.as_ref().map(|_| Binding::Nats));
+        self.cloudevents = ce;
+        self
     }
 
     async fn publish_one(&self, e: &Event) -> Result<(), SinkError> {
@@ -227,8 +241,22 @@ impl NatsSink {
             )));
         }
         let mut body = Vec::with_capacity(256 + e.payload.len());
-        write_envelope(e, &mut body);
         let mut headers = async_nats::HeaderMap::new();
+        match &self.cloudevents {
+            None => write_envelope(e, &mut body),
+            Some(ce) => {
+                ce.write_body(e, &mut body);
+                // Percent-encoded: printable ASCII, always a valid value.
+                for (k, v) in ce.headers(Binding::Nats, e) {
+                    if let (Ok(name), Ok(value)) = (
+                        k.parse::<async_nats::HeaderName>(),
+                        v.parse::<async_nats::HeaderValue>(),
+                    ) {
+                        headers.insert(name, value);
+                    }
+                }
+            }
+        }
         // The policy has checked names and values (async-nats panics on invalid ones).
         for (k, v) in headers::row_headers(e, &self.row_headers) {
             if let (Ok(name), Ok(value)) = (

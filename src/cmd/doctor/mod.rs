@@ -129,8 +129,8 @@ fn settings(args: &DoctorArgs) -> anyhow::Result<Settings> {
         publish_timeout: r.lease.publish_timeout(),
         max_attempts: r.retry.max_attempts,
         backoff: crate::relay::Backoff {
-            base: r.retry.backoff_base,
-            max: r.retry.backoff_max,
+            base: r.retry.backoff.backoff_base,
+            max: r.retry.backoff.backoff_max,
         },
     });
     Ok(Settings {

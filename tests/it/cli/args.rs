@@ -410,6 +410,7 @@ async fn quiet_commands_print_no_summary() {
             "{}",
         ],
         vec!["relay", "--once", "--sink", "null"],
+        vec!["replay", "--all", "--sink", "null", "--yes"],
         vec!["requeue", "--all"],
         vec!["dead", "discard", "--all", "--yes"],
         vec!["prune", "--older-than", "1d"],

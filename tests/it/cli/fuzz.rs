@@ -130,7 +130,7 @@ proptest! {
             timeout: std::time::Duration::from_secs(1),
             ..Default::default()
         };
-        if let Err(e) = outboxctl::sink::http::HttpSink::new("http://127.0.0.1:1/x", &opts) {
+        if let Err(e) = outboxctl::sink::http::HttpSink::new("http://127.0.0.1:1/x", &opts, None) {
             let e = e.to_string();
             one_line(&e)?;
             prop_assert!(!e.contains(&secret), "{}", e);
@@ -165,7 +165,7 @@ fn regression_an_http_header_placeholder_is_not_quoted() {
         timeout: std::time::Duration::from_secs(1),
         ..Default::default()
     };
-    let e = outboxctl::sink::http::HttpSink::new("http://127.0.0.1:1/x", &opts)
+    let e = outboxctl::sink::http::HttpSink::new("http://127.0.0.1:1/x", &opts, None)
         .map(|_| ())
         .expect_err("refused");
     assert!(!e.to_string().contains("Tok3nS3cretValue"), "{e}");

@@ -208,6 +208,27 @@ async fn every_documented_json_output_matches_its_schema() {
         "--json"
     );
 
+    json!(
+        "replay --json",
+        &[0],
+        "replay",
+        "--all",
+        "--sink",
+        "null",
+        "--dry-run",
+        "--json"
+    );
+    json!(
+        "replay --json",
+        &[0],
+        "replay",
+        "--all",
+        "--sink",
+        "null",
+        "--yes",
+        "--json"
+    );
+
     json!("stats --json", &[0], "stats", "--json");
     json!(
         "stats --json",

@@ -223,6 +223,11 @@ async fn each_use_works_with_only_its_grants_and_a_missing_one_says_what_to_gran
     ok_as(&db, operator, &["dead", "list"]);
     ok_as(&db, operator, &["requeue", "--all"]);
     ok_as(&db, relay, &["relay", "--once", "--sink", "null"]);
+    ok_as(
+        &db,
+        operator,
+        &["replay", "--all", "--sink", "null", "--yes"],
+    );
     let scheduled: i64 = db
         .scalar(
             "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,

@@ -6,7 +6,7 @@ async fn fresh_apply_creates_the_seed_schema_and_rerun_is_a_no_op() {
     let out = db.cmd().arg("migrate").output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains("applied 11 migrations"),
+        stdout(&out).contains("applied 13 migrations"),
         "{}",
         stdout(&out)
     );
@@ -60,7 +60,7 @@ async fn fresh_apply_creates_the_seed_schema_and_rerun_is_a_no_op() {
     assert!(again.status.success());
     assert!(stdout(&again).contains("up to date"), "{}", stdout(&again));
     let n: i64 = db.scalar("SELECT count(*) FROM _sqlx_migrations").await;
-    assert_eq!(n, 11);
+    assert_eq!(n, 13);
 }
 
 #[tokio::test]
@@ -148,13 +148,13 @@ async fn ten_concurrent_migrates_all_succeed_and_apply_once() {
         applied_total += v["applied"].as_array().unwrap().len();
     }
     assert_eq!(
-        applied_total, 11,
+        applied_total, 13,
         "each migration applied by exactly one process"
     );
     let n: i64 = db
         .scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
         .await;
-    assert_eq!(n, 11);
+    assert_eq!(n, 13);
 }
 
 #[tokio::test]
@@ -173,7 +173,7 @@ async fn status_lists_pending_then_applied_and_changes_nothing() {
         .iter()
         .map(|m| m["applied"].as_bool().unwrap())
         .collect();
-    assert_eq!(states, [false; 11]);
+    assert_eq!(states, [false; 13]);
     let schema_exists: bool = db
         .scalar(&format!(
             "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = '{}')",
@@ -275,7 +275,7 @@ async fn an_up_to_date_migrate_needs_only_read_access() {
         assert_eq!(stderr(&out), "", "{args:?}");
         if args.len() == 1 {
             assert!(
-                stdout(&out).contains("is up to date (11 migrations)"),
+                stdout(&out).contains("is up to date (13 migrations)"),
                 "{}",
                 stdout(&out)
             );
@@ -302,4 +302,33 @@ async fn an_up_to_date_migrate_needs_only_read_access() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Migration 12 turns migration 2's fillfactor 70 into 50, and keeps one someone chose.
+#[tokio::test]
+async fn migration_12_lowers_migration_2s_fillfactor_and_keeps_an_operators() {
+    let db = TestDb::new().await;
+    let options = || async {
+        db.scalar::<String>(
+            "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = 'outbox'::regclass",
+        )
+        .await
+    };
+    assert_eq!(options().await, "fillfactor=50");
+    for (before, after) in [("70", "fillfactor=50"), ("90", "fillfactor=90")] {
+        // A schema upgraded from migration 11, with `before` set.
+        db.exec(&format!(
+            "ALTER TABLE outbox SET (fillfactor = {before});
+             DELETE FROM _sqlx_migrations WHERE version = 12"
+        ))
+        .await;
+        let out = db.cmd().arg("migrate").output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains("applied 1 migration"),
+            "{}",
+            stdout(&out)
+        );
+        assert_eq!(options().await, after, "from {before}");
+    }
 }

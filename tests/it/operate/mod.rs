@@ -1,6 +1,6 @@
 //! The commands an operator runs: migrate and adopt, publish, the views (events, dead, stats,
 //! stats --check, doctor, top), the changes by hand (edit, requeue, prune) with their audit trail,
-//! `bench`, and the producer snippets of examples/producers/.
+//! `replay`, `bench`, and the producer snippets of examples/producers/.
 
 mod adopt;
 mod audit;
@@ -13,6 +13,7 @@ mod migrate;
 mod producers;
 mod prune;
 mod publish;
+mod replay;
 mod requeue;
 mod stats;
 mod stats_check;

@@ -6,5 +6,6 @@ mod logs;
 mod memory;
 mod metrics;
 mod ordering;
+mod pages;
 mod pipeline;
 mod step;

@@ -14,7 +14,7 @@ use crate::support::{signal, stderr, stdout, wait_until, TestDb, UNTOUCHED};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// Independent Standard Webhooks verification: recompute the HMAC over "{id}.{ts}.{body}".
-fn verify(secret: &str, id: &str, ts: &str, body: &[u8], header: &str) -> bool {
+pub(super) fn verify(secret: &str, id: &str, ts: &str, body: &[u8], header: &str) -> bool {
     let key = base64::engine::general_purpose::STANDARD
         .decode(secret.trim_start_matches("whsec_"))
         .unwrap();

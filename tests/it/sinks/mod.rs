@@ -2,6 +2,7 @@
 //! headers, templates, credentials that never show, and brokers that refuse.
 
 mod amqp;
+mod cloudevents;
 mod http;
 mod kafka;
 mod local;

@@ -10,7 +10,7 @@ mod pg_cluster;
 use std::time::{Duration, Instant};
 
 pub use brokers::{file_deliveries, ChildServer, MovingAddress, PgBouncer, RabbitNode};
-pub use http::TestServer;
+pub use http::{Received, TestServer};
 pub use pg_cluster::{debian_bin, OwnCluster, PgCluster};
 
 /// A port nothing listens on, for as long as this lives: a socket bound to it but not listening,
