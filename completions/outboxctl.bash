@@ -70,6 +70,9 @@ _outboxctl() {
             outboxctl,stats)
                 cmd="outboxctl__subcmd__stats"
                 ;;
+            outboxctl,top)
+                cmd="outboxctl__subcmd__top"
+                ;;
             outboxctl__subcmd__dead,discard)
                 cmd="outboxctl__subcmd__dead__subcmd__discard"
                 ;;
@@ -193,6 +196,9 @@ _outboxctl() {
             outboxctl__subcmd__help,stats)
                 cmd="outboxctl__subcmd__help__subcmd__stats"
                 ;;
+            outboxctl__subcmd__help,top)
+                cmd="outboxctl__subcmd__help__subcmd__top"
+                ;;
             outboxctl__subcmd__help__subcmd__dead,discard)
                 cmd="outboxctl__subcmd__help__subcmd__dead__subcmd__discard"
                 ;;
@@ -269,7 +275,7 @@ _outboxctl() {
 
     case "${cmd}" in
         outboxctl)
-            opts="-v -q -h -V --verbose --quiet --log-format --database-url --schema --connect-timeout --json --help --version migrate publish relay stats dead dlq requeue replay ordering events event prune doctor grants completions demo bench help"
+            opts="-v -q -h -V --verbose --quiet --log-format --database-url --schema --connect-timeout --json --help --version migrate publish relay stats top dead dlq requeue replay ordering events event prune doctor grants completions demo bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1349,7 +1355,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__help)
-            opts="migrate publish relay stats dead requeue replay ordering events prune doctor grants completions demo bench help"
+            opts="migrate publish relay stats top dead requeue replay ordering events prune doctor grants completions demo bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1755,6 +1761,20 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__help__subcmd__stats)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__help__subcmd__top)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2655,6 +2675,48 @@ _outboxctl() {
                     ;;
                 --crit-retrying)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__top)
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --interval --by --verbose --quiet --log-format --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --schema)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
+                    return 0
+                    ;;
+                --interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --by)
+                    COMPREPLY=($(compgen -W "event-type aggregate-type" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)

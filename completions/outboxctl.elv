@@ -35,6 +35,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand publish 'Insert events: one from flags, or many from a JSON-lines file'
             cand relay 'Relay ready events to a sink: `--once` for cron, or as a daemon'
             cand stats 'Backlog, lag, in-flight, dead letters and throughput'
+            cand top 'A live view of the outbox for on-call: backlog, lag, throughput, relays, dead letters'
             cand dead 'Dead letters: list, show, discard and export events the relay gave up on'
             cand dlq 'Dead letters: list, show, discard and export events the relay gave up on'
             cand requeue 'Send dead-lettered events again, by ids or by filters (--all for every one)'
@@ -157,6 +158,23 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --log-format 'Log line format'
             cand --json 'Print JSON on stdout instead of a table'
             cand --check 'Compare the totals with the thresholds below and print one Nagios status line with performance data (or --json). Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the database unreachable, bad arguments, or any other error), instead of the general ones. Needs at least one threshold'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;top'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --pooler 'What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any PgBouncer version): every statement in a transaction of its own that sets the schema and the session''s settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and requeue run this way (other commands exit 2)'
+            cand --interval 'How often to read the figures and redraw (at least 100ms). Also the width of one bar of the throughput sparkline'
+            cand --by 'What the table of the largest backlogs groups by'
+            cand --log-format 'Log line format'
             cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
             cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
             cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
@@ -1250,6 +1268,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand publish 'Insert events: one from flags, or many from a JSON-lines file'
             cand relay 'Relay ready events to a sink: `--once` for cron, or as a daemon'
             cand stats 'Backlog, lag, in-flight, dead letters and throughput'
+            cand top 'A live view of the outbox for on-call: backlog, lag, throughput, relays, dead letters'
             cand dead 'Dead letters: list, show, discard and export events the relay gave up on'
             cand requeue 'Send dead-lettered events again, by ids or by filters (--all for every one)'
             cand replay 'Send published events again, to any sink, without changing them'
@@ -1270,6 +1289,8 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;help;relay'= {
         }
         &'outboxctl;help;stats'= {
+        }
+        &'outboxctl;help;top'= {
         }
         &'outboxctl;help;dead'= {
             cand list 'Dead-lettered events, newest first: id, type, aggregate, attempts, when, the error''s first line'

@@ -47,7 +47,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let grants_for = match &cli.command {
         Command::Publish(_) => Use::Producer,
         Command::Relay(_) => Use::Relay,
-        Command::Stats(_) | Command::Doctor(_) | Command::Migrate(_) => Use::Monitor,
+        Command::Stats(_) | Command::Top(_) | Command::Doctor(_) | Command::Migrate(_) => {
+            Use::Monitor
+        }
         _ => Use::Operator,
     };
     runtime.block_on(async move {
@@ -55,6 +57,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Migrate(args) => cmd::migrate::run(args).await,
             Command::Publish(args) => cmd::publish::run(args).await,
             Command::Stats(args) => cmd::stats::run(args).await,
+            Command::Top(args) => cmd::top::run(args).await,
             Command::Dead(args) => cmd::dead::run(args).await,
             Command::Requeue(args) => cmd::requeue::run(args).await,
             Command::Replay(args) => cmd::replay::run(*args).await,

@@ -25,6 +25,7 @@ mod replay;
 mod requeue;
 mod shared;
 mod stats;
+mod top;
 mod values;
 
 pub use bench::{BenchArgs, DemoArgs};
@@ -60,6 +61,7 @@ pub use stats::{
     BacklogCheck, DeadCheck, LagCheck, RetryingCheck, StatsArgs, StatsBy, StatsCheckArgs,
     StatsFormat,
 };
+pub use top::{TopArgs, TopBy, MIN_TOP_INTERVAL};
 pub use values::{
     parse_duration, parse_listen_addr, parse_nonzero_duration, parse_time_or_ago, parse_timestamp,
     parse_uuid, MAX_DURATION,
@@ -111,6 +113,7 @@ pub enum Command {
     Publish(PublishArgs),
     Relay(RelayArgs),
     Stats(StatsArgs),
+    Top(TopArgs),
     #[command(visible_alias = "dlq")]
     Dead(DeadArgs),
     Requeue(RequeueArgs),

@@ -17,3 +17,4 @@ pub mod relay;
 pub mod replay;
 pub mod requeue;
 pub mod stats;
+pub mod top;

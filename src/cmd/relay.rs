@@ -69,6 +69,17 @@ pub async fn build(
     let pipeline_depth = args
         .pipeline_depth
         .unwrap_or_else(|| sink.default_pipeline_depth());
+    // Its sessions say what they are (`db::top::relay_application_name`): `top` lists relays by it.
+    let mut cfg = cfg;
+    cfg.options = cfg
+        .options
+        .clone()
+        .application_name(&db::top::relay_application_name(
+            &mode.to_string(),
+            args.once,
+            std::process::id(),
+            cfg.schema.name(),
+        ));
     let session =
         db::Session::for_relay(&cfg, 3 + 2 * pipeline_depth, args.async_commit, lease).await?;
     db::ensure_migrated(session.pool(), &cfg).await?;

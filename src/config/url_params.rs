@@ -33,12 +33,12 @@ const KEEPALIVES: &str =
 /// Every libpq connection parameter (PostgreSQL 18's `PQconndefaults`, and the spellings sqlx adds),
 /// by name, sorted.
 pub const PARAMS: &[(&str, Handling)] = &[
-    ("application_name", NoEffect("outboxctl names its sessions `outboxctl`")),
+    ("application_name", NoEffect("outboxctl names its sessions `outboxctl` (a relay's `outboxctl relay <mode> <daemon|once> <pid> <schema>`)")),
     ("channel_binding", Only(&["disable", "prefer"], "sqlx authenticates with SCRAM-SHA-256 without channel binding")),
     ("client_encoding", NoEffect("the sessions always use UTF8 (sqlx sets it)")),
     ("connect_timeout", NoEffect("--connect-timeout (OUTBOXCTL_CONNECT_TIMEOUT, default 10s) bounds the connection")),
     ("dbname", Honoured),
-    ("fallback_application_name", NoEffect("outboxctl names its sessions `outboxctl`")),
+    ("fallback_application_name", NoEffect("outboxctl names its sessions `outboxctl` (a relay's `outboxctl relay <mode> <daemon|once> <pid> <schema>`)")),
     ("gssdelegation", NoEffect(GSS_ONLY)),
     ("gssencmode", Only(&["disable", "prefer"], "sqlx never encrypts with GSSAPI: for an encrypted connection use sslmode=require (or verify-full)")),
     ("gsslib", NoEffect(GSS_ONLY)),

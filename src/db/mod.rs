@@ -49,6 +49,7 @@ pub mod replay;
 pub mod session;
 pub mod stats;
 pub mod timestamp;
+pub mod top;
 
 pub use error::Error;
 pub use session::{pool_for_relay, relay_pin, Session};

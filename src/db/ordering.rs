@@ -370,6 +370,47 @@ pub async fn blocked_if_migrated(conn: &mut PgConnection) -> sqlx::Result<Option
     blocked(conn).await.map(Some)
 }
 
+/// One ordered key blocked by a dead-lettered head (`top` lists the oldest few).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct BlockedKey {
+    pub aggregate_type: String,
+    pub tenant_id: uuid::Uuid,
+    pub aggregate_id: String,
+    /// The blocking head's id.
+    pub head_id: i64,
+    /// When the head was dead-lettered.
+    pub blocked_at: chrono::DateTime<chrono::Utc>,
+    /// The key's pending events it holds back.
+    pub pending: i64,
+}
+
+/// The `$1` keys blocked longest: the blocking heads from `outbox_blocking_idx` (only dead rows
+/// that block: a handful), each key's pending rows counted from `outbox_key_pending_idx` (or,
+/// with ordering switched off and that index dropped, from `outbox_ready_idx`: pending rows only
+/// either way).
+pub const BLOCKED_KEYS: &str =
+    "SELECT d.aggregate_type, d.tenant_id, d.aggregate_id, d.id AS head_id,
+        d.dead_lettered_at AS blocked_at,
+        (SELECT count(*) FROM outbox o
+          WHERE o.aggregate_type = d.aggregate_type AND o.tenant_id = d.tenant_id
+            AND o.aggregate_id = d.aggregate_id
+            AND o.published_at IS NULL AND o.dead_lettered_at IS NULL) AS pending
+   FROM outbox d
+  WHERE d.blocks_key AND d.dead_lettered_at IS NOT NULL
+  ORDER BY d.dead_lettered_at, d.id
+  LIMIT $1";
+
+/// [`BLOCKED_KEYS`]; empty on a schema without migration 6.
+pub async fn blocked_keys(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<BlockedKey>> {
+    if !migrated(conn).await? {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(BLOCKED_KEYS)
+        .bind(limit)
+        .fetch_all(conn)
+        .await
+}
+
 /// Every dead head that blocks its key, with how many pending events of the key it holds back
 /// (`dead list` marks them). One row per blocked key at most, from `outbox_blocking_idx`; empty
 /// on a schema without migration 6.

@@ -101,6 +101,12 @@ pub const OTHER: &[Var] = &[
         shown: false,
     },
     Var {
+        name: "OUTBOXCTL_TEST_TOP_PANIC",
+        read_by: "top",
+        doc: "Test hook: panic once the first sample is drawn (the terminal must come back).",
+        shown: false,
+    },
+    Var {
         name: "OUTBOXCTL_GIT_COMMIT, OUTBOXCTL_BUILD_DATE",
         read_by: "the build (set by build.rs, read by env!)",
         doc: "Not read at run time.",

@@ -7,7 +7,8 @@
 //! - [`view`]: how events look (lists, tables, one event's detail);
 //! - [`select`]: the dead ids a selection means, and filters checked against the database;
 //! - [`sink`]: the sink of `relay` and `replay`, from the flags they share;
-//! - [`stats`]: the figures `stats`, `doctor` and `demo` read;
+//! - [`stats`]: the figures `stats`, `doctor`, `demo` and `top` read;
+//! - [`top`]: the samples `top` draws (its figures, throughput, relays and dead letters);
 //! - [`publish`] and [`new_event`]: bulk publish (`publish --file`, `bench`, `demo`) and the
 //!   validation of one new event.
 
@@ -18,4 +19,5 @@ pub mod publish;
 pub mod select;
 pub mod sink;
 pub mod stats;
+pub mod top;
 pub mod view;

@@ -97,27 +97,14 @@ pub struct StatsReport {
     pub groups: Option<BTreeMap<String, Figures>>,
 }
 
-/// Reads every figure in one read-only snapshot so they agree with each other.
-pub async fn collect(
-    conn: &mut sqlx::PgConnection,
-    schema: &str,
-    by: Option<StatsBy>,
-) -> anyhow::Result<StatsReport> {
-    let group = match by {
-        None => GroupBy::None,
-        Some(StatsBy::EventType) => GroupBy::EventType,
-        Some(StatsBy::Tenant) => GroupBy::Tenant,
-        Some(StatsBy::AggregateType) => GroupBy::AggregateType,
-    };
-    let mut tx = db::stats::snapshot(conn).await?;
-    let now = db::stats::now(&mut tx).await?;
-    let pending = db::stats::pending(&mut tx, group).await?;
-    let dead = db::stats::dead(&mut tx, group).await?;
-    let published = db::stats::published_recent(&mut tx, group).await?;
-    let rows = db::stats::table_rows_estimate(&mut tx).await?;
-    let blocked = db::ordering::blocked_if_migrated(&mut tx).await?;
-    tx.commit().await?;
-
+/// The figures of each group from the rows of `db::stats` read at `now` (`published` may be
+/// empty: `top` counts its publishes otherwise).
+pub fn groups(
+    now: DateTime<Utc>,
+    pending: Vec<db::stats::PendingRow>,
+    dead: Vec<db::stats::CountRow>,
+    published: Vec<db::stats::CountRow>,
+) -> BTreeMap<String, Figures> {
     let secs = |t: Option<DateTime<Utc>>| {
         t.map(|t| ((now - t).num_microseconds().unwrap_or(0) as f64 / 1e6).max(0.0))
             .unwrap_or(0.0)
@@ -143,10 +130,41 @@ pub async fn collect(
         f.published_last_minute = p.a;
         f.published_last_hour = p.b;
     }
+    groups
+}
+
+/// The figures of the whole outbox from those of its groups ([`Figures::add`]).
+pub fn total(groups: &BTreeMap<String, Figures>) -> Figures {
     let mut total = Figures::default();
     for f in groups.values() {
         total.add(f);
     }
+    total
+}
+
+/// Reads every figure in one read-only snapshot so they agree with each other.
+pub async fn collect(
+    conn: &mut sqlx::PgConnection,
+    schema: &str,
+    by: Option<StatsBy>,
+) -> anyhow::Result<StatsReport> {
+    let group = match by {
+        None => GroupBy::None,
+        Some(StatsBy::EventType) => GroupBy::EventType,
+        Some(StatsBy::Tenant) => GroupBy::Tenant,
+        Some(StatsBy::AggregateType) => GroupBy::AggregateType,
+    };
+    let mut tx = db::stats::snapshot(conn).await?;
+    let now = db::stats::now(&mut tx).await?;
+    let pending = db::stats::pending(&mut tx, group).await?;
+    let dead = db::stats::dead(&mut tx, group).await?;
+    let published = db::stats::published_recent(&mut tx, group).await?;
+    let rows = db::stats::table_rows_estimate(&mut tx).await?;
+    let blocked = db::ordering::blocked_if_migrated(&mut tx).await?;
+    tx.commit().await?;
+
+    let groups = groups(now, pending, dead, published);
+    let total = total(&groups);
     Ok(StatsReport {
         schema: schema.to_owned(),
         now,

@@ -20,7 +20,7 @@ async fn terminate_backends_of(db: &TestDb, child: &Child) -> i64 {
     // Only this relay's backends: tests running beside this one use the same application_name.
     sqlx::query_scalar(
         "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-          WHERE application_name = 'outboxctl' AND client_port = ANY($1)",
+          WHERE starts_with(application_name, 'outboxctl') AND client_port = ANY($1)",
     )
     .bind(client_ports(child))
     .fetch_one(&db.pool)

@@ -40,7 +40,7 @@ async fn terminate_backends(db: &TestDb, children: &[Child]) -> i64 {
         .collect();
     sqlx::query_scalar(
         "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-          WHERE application_name = 'outboxctl' AND client_port = ANY($1)",
+          WHERE starts_with(application_name, 'outboxctl') AND client_port = ANY($1)",
     )
     .bind(ports)
     .fetch_one(&db.pool)

@@ -370,7 +370,15 @@ async fn ready_events_without_a_relay_warn_and_a_connected_relay_is_listed() {
         .unwrap()
         .clone();
     assert_eq!(relays.len(), 1, "{v:#}");
-    assert_eq!(relays[0]["application_name"], "outboxctl");
+    // The relay names its sessions: its mode, daemon or --once, process id and schema.
+    assert_eq!(
+        relays[0]["application_name"],
+        format!(
+            "outboxctl relay lease daemon {} {}",
+            relay.0.id(),
+            db.schema
+        )
+    );
     assert!(
         message(&v, "relays").contains(&format!("pid {}", relays[0]["pid"])),
         "{v:#}"

@@ -1,5 +1,5 @@
 //! The commands an operator runs: migrate and adopt, publish, the views (events, dead, stats,
-//! stats --check, doctor), the changes by hand (edit, requeue, prune) with their audit trail,
+//! stats --check, doctor, top), the changes by hand (edit, requeue, prune) with their audit trail,
 //! `replay`, `bench`, and the producer snippets of examples/producers/.
 
 mod adopt;
@@ -17,3 +17,4 @@ mod replay;
 mod requeue;
 mod stats;
 mod stats_check;
+mod top;

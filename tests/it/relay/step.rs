@@ -647,7 +647,7 @@ async fn survives_pg_terminate_backend_mid_run() {
             // application_name, and killing their connections would fail them.
             kills += sqlx::query_scalar::<_, i64>(
                 "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-                  WHERE application_name = 'outboxctl' AND client_port = ANY($1)",
+                  WHERE starts_with(application_name, 'outboxctl') AND client_port = ANY($1)",
             )
             .bind(client_ports(&child))
             .fetch_one(&db.pool)
