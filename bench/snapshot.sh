@@ -108,7 +108,8 @@ SQL
         due_published=$(psql_ -c "SELECT round((extract(epoch FROM max(published_at)) - $t0) * 1000) FROM $SCHEMA.outbox")
       fi
       read -r dead upd hot < <(psql_ -F ' ' -c "SELECT n_dead_tup, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = '$SCHEMA' AND relname = 'outbox'")
-      echo "$name mode=$mode ordered=$ORDERED fillfactor=${FILLFACTOR:-100} snapshot_held=$held events_per_s=${rates[*]} single_once_ms=$single due_once_ms=$due due_published_ms=$due_published dead_rows=$dead updates=$upd hot_updates=$hot"
+      ff=$(psql_ -c "SELECT coalesce((SELECT substr(o, 12) FROM unnest(reloptions) o WHERE o LIKE 'fillfactor=%'), '100') FROM pg_class WHERE oid = '$SCHEMA.outbox'::regclass")
+      echo "$name mode=$mode ordered=$ORDERED fillfactor=$ff snapshot_held=$held events_per_s=${rates[*]} single_once_ms=$single due_once_ms=$due due_published_ms=$due_published dead_rows=$dead updates=$upd hot_updates=$hot"
       release_snapshot
       wait 2>/dev/null || true
     done

@@ -2379,7 +2379,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__replay)
-            opts="-y -v -q -h -V --database-url --schema --connect-timeout --pooler --sink --format --cloudevents-mode --cloudevents-source --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --all --from-id --limit --fresh-keys --replay-id --rate --batch-size --batch-bytes --concurrency --publish-timeout --retry-for --backoff-base --backoff-max --http-header --kafka-property --signing-secret-env --reason --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
+            opts="-y -v -q -h -V --database-url --schema --connect-timeout --pooler --event-type --tenant --aggregate-type --aggregate-id --since --until --error --error-regex --sink --format --cloudevents-mode --cloudevents-source --all --from-id --limit --fresh-keys --replay-id --rate --batch-size --batch-bytes --concurrency --publish-timeout --retry-for --backoff-base --backoff-max --http-header --kafka-property --signing-secret-env --reason --dry-run --yes --actor --json --verbose --quiet --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2399,22 +2399,6 @@ _outboxctl() {
                     ;;
                 --pooler)
                     COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
-                    return 0
-                    ;;
-                --sink)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --format)
-                    COMPREPLY=($(compgen -W "document cloudevents" -- "${cur}"))
-                    return 0
-                    ;;
-                --cloudevents-mode)
-                    COMPREPLY=($(compgen -W "binary structured" -- "${cur}"))
-                    return 0
-                    ;;
-                --cloudevents-source)
-                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --event-type)
@@ -2446,6 +2430,22 @@ _outboxctl() {
                     return 0
                     ;;
                 --error-regex)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sink)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "document cloudevents" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-mode)
+                    COMPREPLY=($(compgen -W "binary structured" -- "${cur}"))
+                    return 0
+                    ;;
+                --cloudevents-source)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

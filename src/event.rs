@@ -63,3 +63,26 @@ impl<'r> sqlx::FromRow<'r, PgRow> for Event {
         })
     }
 }
+
+#[cfg(test)]
+impl Event {
+    /// An event for unit tests: id 7, the nil tenant, `order` 42, `order.placed`, `{}` for payload
+    /// and headers, key `k-7`, a fixed creation time, first attempt. Tests change what they test:
+    /// `Event { aggregate_id: "x".into(), ..Event::sample() }`.
+    pub fn sample() -> Event {
+        Event {
+            id: 7,
+            tenant_id: Uuid::nil(),
+            aggregate_type: "order".into(),
+            aggregate_id: "42".into(),
+            event_type: "order.placed".into(),
+            payload: "{}".into(),
+            headers: "{}".into(),
+            idempotency_key: "k-7".into(),
+            created_at: DateTime::parse_from_rfc3339("2026-01-02T03:04:05.000006Z")
+                .expect("a time")
+                .into(),
+            attempt_count: 1,
+        }
+    }
+}

@@ -73,13 +73,13 @@ pub struct ReplayArgs {
     pub db: DatabaseArgs,
 
     #[command(flatten)]
+    pub target: TargetArgs,
+
+    #[command(flatten)]
     pub sink: SinkArgs,
 
     #[command(flatten)]
     pub format: FormatArgs,
-
-    #[command(flatten)]
-    pub target: TargetArgs,
 
     /// Every published event still in the table (no filter).
     #[arg(long, env = "OUTBOXCTL_REPLAY_ALL", value_parser = FalseyValueParser::new())]

@@ -26,8 +26,7 @@ pub async fn run(args: GrantsArgs) -> anyhow::Result<u8> {
         }
         return Ok(crate::exit::OK);
     }
-    let mut conn = db::connect(&cfg).await?;
-    db::ensure_migrated(&mut conn, &cfg).await?;
+    let mut conn = db::connect_migrated(&cfg).await?;
     if !db::grants::role_exists(&mut conn, &args.role).await? {
         return Err(CodedError::usage(format!(
             "--role `{}`: no such role; create it first (CREATE ROLE ... LOGIN)",

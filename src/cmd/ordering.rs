@@ -8,7 +8,7 @@ use crate::cli::{
     OnDeadArg, OrderingArgs, OrderingChangeArgs, OrderingCommand, OrderingDisableArgs,
     OrderingEnableArgs, OrderingSkipArgs, OrderingStatusArgs,
 };
-use crate::config::{self, DbConfig};
+use crate::config::DbConfig;
 use crate::db::{self, audit::Audit, migrate::ORDERING_SCHEMA, ordering as sql};
 use crate::exit::{CodedError, FAILURE, OK};
 use crate::output;
@@ -19,13 +19,6 @@ pub async fn run(args: OrderingArgs) -> anyhow::Result<u8> {
         OrderingCommand::Disable(a) => disable(a).await,
         OrderingCommand::Status(a) => status(a).await,
         OrderingCommand::Skip(a) => skip(a).await,
-    }
-}
-
-fn reason(r: Option<&str>) -> Result<Option<String>, CodedError> {
-    match r.map(str::trim) {
-        Some("") => Err(CodedError::usage("--reason must not be empty")),
-        r => Ok(r.map(str::to_owned)),
     }
 }
 
@@ -211,10 +204,7 @@ async fn disable(args: OrderingDisableArgs) -> anyhow::Result<u8> {
 
 /// The audit of an `ordering enable` or `disable`.
 fn switch_audit(args: &OrderingChangeArgs) -> anyhow::Result<Audit> {
-    Ok(Audit {
-        actor: config::actor(&args.audit)?,
-        reason: reason(args.reason.as_deref())?,
-    })
+    crate::ops::audit::audit(&args.audit, args.reason.as_deref())
 }
 
 fn report(
@@ -338,10 +328,7 @@ struct SkipReport {
 
 async fn skip(args: OrderingSkipArgs) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let audit = Audit {
-        actor: config::actor(&args.audit)?,
-        reason: reason(args.reason.as_deref())?,
-    };
+    let audit = crate::ops::audit::audit(&args.audit, args.reason.as_deref())?;
     let pool = db::pool_migrated(&cfg, 1).await?;
     db::ensure_migrated_through(&pool, &cfg, ORDERING_SCHEMA).await?;
     let mut conn = pool.acquire().await?;

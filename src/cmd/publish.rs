@@ -31,8 +31,7 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
             } else {
                 Box::new(open_file(path)?)
             };
-            let mut conn = db::connect(&cfg).await?;
-            db::ensure_migrated(&mut conn, &cfg).await?;
+            let mut conn = db::connect_migrated(&cfg).await?;
             publish_lines(
                 &mut conn,
                 BufReader::with_capacity(1 << 20, reader),
@@ -46,8 +45,7 @@ pub async fn run(args: PublishArgs) -> anyhow::Result<u8> {
         }
         None => {
             let event = event_from_flags(&args)?;
-            let mut conn = db::connect(&cfg).await?;
-            db::ensure_migrated(&mut conn, &cfg).await?;
+            let mut conn = db::connect_migrated(&cfg).await?;
             let started = Instant::now();
             let rows = db::publish::insert_batch(&mut conn, std::slice::from_ref(&event))
                 .await

@@ -158,7 +158,14 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
         }
         None => None,
     };
-    spawn_signal_handler(shutdown.clone(), Arc::clone(&relay.sink))?;
+    // First SIGTERM/SIGINT: stop claiming, finish in-flight work, release the rest. Second: exit
+    // at once (leases expire, nothing is lost). SIGHUP: the sink reopens its file.
+    crate::ops::signals::stop_on_signals(
+        shutdown.clone(),
+        Some(Arc::clone(&relay.sink)),
+        || RelayEvent::ShutdownRequested.emit(),
+        || RelayEvent::SecondSignal.emit(),
+    )?;
     let started = Instant::now();
     tracing::info!(sink = %relay.sink.describe(), mode = %relay.cfg.mode, schema = cfg.schema.name(), once = args.once, "relay starting");
     let report = if args.once {
@@ -308,43 +315,6 @@ fn print_summary(
         (false, true) => output::note(text),
         (false, false) => output::print_summary(text)?,
     }
-    Ok(())
-}
-
-/// First SIGTERM/SIGINT: stop claiming, finish in-flight work, release the rest. Second: exit at
-/// once (leases expire, nothing is lost). SIGHUP: the sink reopens its file (logrotate), else
-/// nothing: it never stops the relay (its default action would, exit 129). The handlers are
-/// installed before this returns, so no signal arriving once the relay runs takes the default.
-fn spawn_signal_handler(
-    shutdown: CancellationToken,
-    sink: Arc<dyn sink::Sink>,
-) -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
-    tokio::spawn(async move {
-        let mut signals = 0;
-        loop {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-                _ = hup.recv() => {
-                    let reopened = sink.reopen().await.map(|r| r.map_err(|e| e.to_string()));
-                    RelayEvent::Hangup { sink: sink.describe(), reopened }.emit();
-                    continue;
-                }
-            }
-            signals += 1;
-            if signals == 1 {
-                RelayEvent::ShutdownRequested.emit();
-                shutdown.cancel();
-            } else {
-                RelayEvent::SecondSignal.emit();
-                std::process::exit(i32::from(exit::INTERRUPTED));
-            }
-        }
-    });
     Ok(())
 }
 

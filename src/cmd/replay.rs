@@ -13,8 +13,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ReplayArgs;
-use crate::config::{self, DbConfig};
-use crate::db::{self, audit::Audit, events::EventRow, events::EventState, replay::Range};
+use crate::config::DbConfig;
+use crate::db::{self, events::EventRow, events::EventState, replay::Range};
 use crate::exit::{self, CodedError};
 use crate::output;
 use crate::relay::replay::{self as engine, ReplayConfig, Stop};
@@ -79,14 +79,7 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<u8> {
         "replay",
         "published",
     )?;
-    let reason = match args.reason.as_deref().map(str::trim) {
-        Some("") => return Err(CodedError::usage("--reason must not be empty").into()),
-        r => r.map(str::to_owned),
-    };
-    let audit = Audit {
-        actor: config::actor(&args.change.audit)?,
-        reason,
-    };
+    let audit = crate::ops::audit::audit(&args.change.audit, args.reason.as_deref())?;
     if args.backoff.backoff_base > args.backoff.backoff_max {
         return Err(CodedError::usage("--backoff-base must not exceed --backoff-max").into());
     }
@@ -272,7 +265,15 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<u8> {
         fresh_keys: args.fresh_keys,
     };
     let shutdown = CancellationToken::new();
-    spawn_signal_handler(shutdown.clone())?;
+    // Stop at the next event not yet handed over (publishes in flight finish within
+    // --publish-timeout). A second signal exits at once (the error of the first names no resume
+    // point then; the audit row keeps the count of the start).
+    crate::ops::signals::stop_on_signals(
+        shutdown.clone(),
+        None,
+        || tracing::info!("replay: stopping at the next event (a second signal exits at once)"),
+        || {},
+    )?;
     tracing::info!(sink = %sink_name, audit_id, replay_id, events = counted.n, "replay starting");
     let pb = output::progress(Some(counted.n), json, "replaying");
     let on_sent = |n: u64| pb.inc(n);
@@ -462,14 +463,13 @@ async fn check_published(
     let states = pin
         .run(conn, async |c| db::events::states(c, ids).await)
         .await?;
-    let problems: Vec<String> = ids
-        .iter()
-        .filter_map(|id| match states.iter().find(|(i, _)| i == id) {
-            None => Some(format!("no event {id} (never existed, or pruned)")),
-            Some((_, EventState::Published)) => None,
-            Some((_, s)) => Some(format!("event {id} is {s}, not published")),
-        })
-        .collect();
+    let problems = crate::ops::select::not_in_state(
+        ids,
+        &states,
+        EventState::Published,
+        " (never existed, or pruned)",
+        "published",
+    );
     if problems.is_empty() {
         return Ok(());
     }
@@ -538,34 +538,6 @@ fn summary(text: &str, sink_is_stdout: bool) -> anyhow::Result<()> {
     } else {
         output::print_summary(text)
     }
-}
-
-/// SIGINT or SIGTERM: stop at the next event not yet handed over (publishes in flight finish
-/// within --publish-timeout). A second one exits at once (the error of the first names no
-/// resume point then; the audit row keeps the count of the start).
-fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::spawn(async move {
-        let mut signals = 0;
-        loop {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            signals += 1;
-            if signals == 1 {
-                tracing::info!(
-                    "replay: stopping at the next event (a second signal exits at once)"
-                );
-                shutdown.cancel();
-            } else {
-                std::process::exit(i32::from(exit::INTERRUPTED));
-            }
-        }
-    });
-    Ok(())
 }
 
 /// The `--json` output of `replay` (docs/reference/json.md).

@@ -6,9 +6,8 @@
 //! relay cannot make a row be requeued twice or lose an update.
 
 use crate::cli::RequeueArgs;
-use crate::config::{self, DbConfig};
-use crate::db::{self, audit::Audit};
-use crate::exit::CodedError;
+use crate::config::DbConfig;
+use crate::db;
 use crate::ops::batch::{self, DeadReport};
 use crate::ops::change::delay_micros;
 use crate::ops::select::select_dead;
@@ -20,14 +19,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<u8> {
     let filter = EventFilter::from_args(&args.target.filter)?;
     let selection = Selection::resolve(&args.target.ids, filter, args.all, "requeue")?;
     let delay_micros = delay_micros(args.delay)?;
-    let reason = match args.reason.as_deref().map(str::trim) {
-        Some("") => return Err(CodedError::usage("--reason must not be empty").into()),
-        r => r.map(str::to_owned),
-    };
-    let audit = Audit {
-        actor: config::actor(&args.change.audit)?,
-        reason,
-    };
+    let audit = crate::ops::audit::audit(&args.change.audit, args.reason.as_deref())?;
     let mut conn = db::conn_migrated_through(&cfg, db::migrate::AUDIT_SCHEMA).await?;
     let pin = db::Pin::new(&cfg, &[]);
     let ids = pin

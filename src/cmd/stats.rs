@@ -32,7 +32,7 @@ use crate::cli::{StatsArgs, StatsCheckArgs, StatsFormat};
 use crate::config::DbConfig;
 use crate::db;
 use crate::exit::{nagios, CodedError};
-use crate::ops::stats::{collect, Figures, StatsReport};
+use crate::ops::stats::{collect, Figures, StatsReport, BACKLOG_COLUMNS};
 use crate::output;
 
 /// How `stats` prints, resolved from `--format` and `--json`.
@@ -65,8 +65,7 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<u8> {
         .into());
     }
     let cfg = DbConfig::from_args(&args.db)?;
-    let mut conn = db::connect(&cfg).await?;
-    db::ensure_migrated(&mut conn, &cfg).await?;
+    let mut conn = db::connect_migrated(&cfg).await?;
     let report = collect(&mut conn, cfg.schema.name(), args.by).await?;
     let text = match format {
         Format::Human => return print_human(&report).map(|_| crate::exit::OK),
@@ -501,8 +500,7 @@ async fn check(args: &StatsArgs) -> anyhow::Result<u8> {
     }
     let thresholds = Thresholds::from_args(&args.check)?;
     let cfg = DbConfig::from_args(&args.db)?;
-    let mut conn = db::connect(&cfg).await?;
-    db::ensure_migrated(&mut conn, &cfg).await?;
+    let mut conn = db::connect_migrated(&cfg).await?;
     let report = collect(&mut conn, cfg.schema.name(), None).await?;
     let (code, summary, items) = evaluate(&report.total, &thresholds);
     if format == Format::Json {
@@ -528,13 +526,8 @@ fn lag(secs: f64) -> String {
 }
 
 fn print_human(r: &StatsReport) -> anyhow::Result<()> {
-    let header = [
-        r.by.as_deref().unwrap_or("outbox"),
-        "ready",
-        "scheduled",
-        "retrying",
-        "in flight",
-        "dead",
+    let first = [r.by.as_deref().unwrap_or("outbox")];
+    let rest = [
         "pub/1m",
         "pub/1h",
         "lag",
@@ -542,22 +535,20 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
         "lag (created)",
         "oldest pending",
     ];
+    let header = [&first[..], &BACKLOG_COLUMNS, &rest].concat();
     let mut t = output::table(&header);
     let row = |name: &str, f: &Figures| {
-        vec![
-            name.to_owned(),
-            f.ready.to_string(),
-            f.scheduled.to_string(),
-            f.retrying.to_string(),
-            f.in_flight.to_string(),
-            f.dead_lettered.to_string(),
+        let mut cells = vec![name.to_owned()];
+        cells.extend(f.backlog_cells());
+        cells.extend([
             f.published_last_minute.to_string(),
             f.published_last_hour.to_string(),
             lag(f.oldest_pending_lag_seconds),
             lag(f.oldest_ready_lag_seconds),
             lag(f.oldest_ready_age_seconds),
             lag(f.oldest_pending_age_seconds),
-        ]
+        ]);
+        cells
     };
     if let Some(groups) = &r.groups {
         for (k, f) in groups {

@@ -513,6 +513,14 @@ pub async fn drop_schema(
     .map(|_| ())
 }
 
+/// A connection ([`connect`]) to a schema that is migrated as far as reading needs
+/// ([`ensure_migrated`]): where the reading commands start.
+pub async fn connect_migrated(cfg: &DbConfig) -> anyhow::Result<PgConnection> {
+    let mut conn = connect(cfg).await?;
+    ensure_migrated(&mut conn, cfg).await?;
+    Ok(conn)
+}
+
 /// Fails with a clear message when the schema has no outbox table, or lacks a migration up to
 /// [`migrate::RELAY_SCHEMA`] (the relay's columns, which every reading command selects too): e.g.
 /// a seed-era table the application created that `migrate` has not adopted yet.

@@ -19,6 +19,24 @@ pub async fn check_filter(conn: &mut PgConnection, filter: &EventFilter) -> anyh
     Ok(())
 }
 
+/// What is wrong with each of `ids` that is not an event in state `want` (`states` as
+/// `db::events::states` read them): "no event 3{missing}", "event 4 is ready, not {wanted}".
+pub fn not_in_state(
+    ids: &[i64],
+    states: &[(i64, EventState)],
+    want: EventState,
+    missing: &str,
+    wanted: &str,
+) -> Vec<String> {
+    ids.iter()
+        .filter_map(|id| match states.iter().find(|(i, _)| i == id) {
+            None => Some(format!("no event {id}{missing}")),
+            Some((_, s)) if *s == want => None,
+            Some((_, s)) => Some(format!("event {id} is {s}, not {wanted}")),
+        })
+        .collect()
+}
+
 /// The dead ids a selection means, newest dead first. Explicit ids must all exist and be dead,
 /// else nothing happens and the error names each offending id.
 pub async fn select_dead(
@@ -31,14 +49,7 @@ pub async fn select_dead(
     match selection {
         Selection::Ids(ids) => {
             let states = db::events::states(conn, ids).await?;
-            let problems: Vec<String> = ids
-                .iter()
-                .filter_map(|id| match states.iter().find(|(i, _)| i == id) {
-                    None => Some(format!("no event {id}")),
-                    Some((_, EventState::Dead)) => None,
-                    Some((_, s)) => Some(format!("event {id} is {s}, not dead-lettered")),
-                })
-                .collect();
+            let problems = not_in_state(ids, &states, EventState::Dead, "", "dead-lettered");
             if !problems.is_empty() {
                 return Err(CodedError::usage(format!(
                     "cannot {verb}: {}; nothing was changed",

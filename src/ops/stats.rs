@@ -45,7 +45,22 @@ pub struct Figures {
     pub next_due_at: Option<DateTime<Utc>>,
 }
 
+/// The backlog's columns, in the order every table of them shows them (`stats`, `top`).
+pub const BACKLOG_COLUMNS: [&str; 5] = ["ready", "scheduled", "retrying", "in flight", "dead"];
+
 impl Figures {
+    /// The backlog's counts, in [`BACKLOG_COLUMNS`]' order, as table cells.
+    pub fn backlog_cells(&self) -> [String; 5] {
+        [
+            self.ready,
+            self.scheduled,
+            self.retrying,
+            self.in_flight,
+            self.dead_lettered,
+        ]
+        .map(|n| n.to_string())
+    }
+
     /// Adds a group's figures into a total: the counts add up, the oldest ages and lags are the
     /// largest, the next due time the earliest.
     fn add(&mut self, f: &Figures) {

@@ -222,16 +222,17 @@ mod tests {
 
     #[test]
     fn sink_labels_are_schemes_only() {
-        assert_eq!(sink_label("stdout"), "stdout");
-        assert_eq!(sink_label("-"), "stdout");
-        assert_eq!(sink_label("file:/tmp/x"), "file");
-        assert_eq!(sink_label("https://user:pw@h/x?y"), "https");
-        assert_eq!(
-            sink_label("amqp://guest:guest@h:5672/%2f?exchange=x"),
-            "amqp"
-        );
-        assert_eq!(sink_label("nats://h:4222?subject=a.{event_type}"), "nats");
-        assert_eq!(sink_label("weird"), "other");
+        for (spec, label) in [
+            ("stdout", "stdout"),
+            ("-", "stdout"),
+            ("file:/tmp/x", "file"),
+            ("https://user:pw@h/x?y", "https"),
+            ("amqp://guest:guest@h:5672/%2f?exchange=x", "amqp"),
+            ("nats://h:4222?subject=a.{event_type}", "nats"),
+            ("weird", "other"),
+        ] {
+            assert_eq!(sink_label(spec), label, "{spec}");
+        }
     }
 
     #[test]

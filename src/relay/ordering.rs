@@ -396,18 +396,7 @@ mod tests {
     }
 
     fn claim(rows: usize, cursor: Cursor, more: bool) -> OrderedClaim {
-        let row = crate::event::Event {
-            id: 1,
-            tenant_id: uuid::Uuid::nil(),
-            aggregate_type: "order".into(),
-            aggregate_id: "a".into(),
-            event_type: "e".into(),
-            payload: "{}".into(),
-            headers: "{}".into(),
-            idempotency_key: "k".into(),
-            created_at: chrono::Utc::now(),
-            attempt_count: 0,
-        };
+        let row = crate::event::Event::sample();
         OrderedClaim {
             rows: vec![row; rows],
             cursor,

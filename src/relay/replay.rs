@@ -396,15 +396,9 @@ mod tests {
     fn event(id: i64, aggregate_id: &str) -> Event {
         Event {
             id,
-            tenant_id: uuid::Uuid::nil(),
-            aggregate_type: "order".into(),
             aggregate_id: aggregate_id.into(),
-            event_type: "t".into(),
-            payload: "{}".into(),
-            headers: "{}".into(),
             idempotency_key: format!("k-{id}"),
-            created_at: chrono::Utc::now(),
-            attempt_count: 1,
+            ..Event::sample()
         }
     }
 

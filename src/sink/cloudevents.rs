@@ -324,18 +324,10 @@ mod tests {
 
     fn event() -> Event {
         Event {
-            id: 7,
-            tenant_id: uuid::Uuid::nil(),
-            aggregate_type: "order".into(),
             aggregate_id: "A 42/é".into(),
-            event_type: "order.placed".into(),
             payload: r#"{"n": 12345678901234567890.000000000001}"#.into(),
-            headers: "{}".into(),
             idempotency_key: "k-1".into(),
-            created_at: chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05.000006Z")
-                .unwrap()
-                .into(),
-            attempt_count: 1,
+            ..Event::sample()
         }
     }
 

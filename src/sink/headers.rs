@@ -119,19 +119,16 @@ impl HeaderPolicy {
             .map(|s| s.to_string())
             .collect();
         reserved.extend(configured.into_iter().map(str::to_ascii_lowercase));
+        let prefixes = HTTP_RESERVED_PREFIXES.iter().chain(HTTP_ROUTING_PREFIXES);
         Self {
-            transport: "http",
-            reserved,
-            reserved_prefixes: HTTP_RESERVED_PREFIXES
-                .iter()
-                .chain(HTTP_ROUTING_PREFIXES)
-                .copied()
-                .collect(),
-            reserved_why: "framing, hop-by-hop, routing or set by the relay",
             name_ok: |n| reqwest::header::HeaderName::from_bytes(n.as_bytes()).is_ok(),
             value_ok: |v| reqwest::header::HeaderValue::from_str(v).is_ok(),
-            warned: Mutex::new(HashSet::new()),
-            cloudevents: None,
+            ..Self::carrying_any(
+                "http",
+                reserved,
+                prefixes.copied().collect(),
+                "framing, hop-by-hop, routing or set by the relay",
+            )
         }
     }
 
@@ -140,42 +137,54 @@ impl HeaderPolicy {
     /// `:`, values without CR/LF.
     pub fn nats() -> Self {
         Self {
-            transport: "nats",
-            reserved: HashSet::new(),
-            reserved_prefixes: vec!["nats-"],
-            reserved_why: "Nats-* headers control JetStream (dedup id, rollup, expectations)",
             name_ok: |n| n.parse::<async_nats::HeaderName>().is_ok(),
             value_ok: |v| v.parse::<async_nats::HeaderValue>().is_ok(),
-            warned: Mutex::new(HashSet::new()),
-            cloudevents: None,
+            ..Self::carrying_any(
+                "nats",
+                HashSet::new(),
+                vec!["nats-"],
+                "Nats-* headers control JetStream (dedup id, rollup, expectations)",
+            )
         }
     }
 
     /// RabbitMQ: `x-*` (broker arguments: delays, dead-lettering, dedup, stream filters),
     /// `CC`/`BCC` (route copies to other queues) and the properties the relay sets.
     pub fn amqp() -> Self {
-        Self {
-            transport: "amqp",
-            reserved: AMQP_RESERVED.iter().map(|s| s.to_string()).collect(),
-            reserved_prefixes: vec!["x-"],
-            reserved_why:
-                "x-* and CC/BCC headers steer the broker; message properties are the relay's",
-            name_ok: |_| true,
-            value_ok: |_| true,
-            warned: Mutex::new(HashSet::new()),
-            cloudevents: None,
-        }
+        Self::carrying_any(
+            "amqp",
+            AMQP_RESERVED.iter().map(|s| s.to_string()).collect(),
+            vec!["x-"],
+            "x-* and CC/BCC headers steer the broker; message properties are the relay's",
+        )
     }
 
     /// Kafka: the headers the relay sets on every record (`id`, `idempotency_key`,
     /// `event_type`, any case). Kafka headers are arbitrary byte strings, so any other name and
     /// value is carried (within the size bounds).
     pub fn kafka() -> Self {
+        Self::carrying_any(
+            "kafka",
+            KAFKA_RELAY_HEADERS.iter().map(|s| s.to_string()).collect(),
+            vec![],
+            "set by the relay on every record",
+        )
+    }
+
+    /// `transport`'s policy: `reserved` names and names with one of `prefixes` are not sent
+    /// (`why` says why, in the WARN); any other name and value is (the transports that restrict
+    /// names or values replace `name_ok` and `value_ok`).
+    fn carrying_any(
+        transport: &'static str,
+        reserved: HashSet<String>,
+        prefixes: Vec<&'static str>,
+        why: &'static str,
+    ) -> Self {
         Self {
-            transport: "kafka",
-            reserved: KAFKA_RELAY_HEADERS.iter().map(|s| s.to_string()).collect(),
-            reserved_prefixes: vec![],
-            reserved_why: "set by the relay on every record",
+            transport,
+            reserved,
+            reserved_prefixes: prefixes,
+            reserved_why: why,
             name_ok: |_| true,
             value_ok: |_| true,
             warned: Mutex::new(HashSet::new()),
@@ -254,23 +263,18 @@ impl HeaderPolicy {
             Skip::TooLong => "its value is longer than 4096 bytes",
             Skip::OverBudget => "the event's headers exceed 16 KiB",
         };
-        if self.cloudevents.is_some() {
-            tracing::warn!(
-                sink = self.transport,
-                id = e.id,
-                header = ?shown,
-                reason,
-                "event header not sent (with --format cloudevents the body does not hold it; logged once per name)"
-            );
+        let kept = if self.cloudevents.is_some() {
+            "with --format cloudevents the body does not hold it"
         } else {
-            tracing::warn!(
-                sink = self.transport,
-                id = e.id,
-                header = ?shown,
-                reason,
-                "event header not sent (it stays in the document's headers; logged once per name)"
-            );
-        }
+            "it stays in the document's headers"
+        };
+        tracing::warn!(
+            sink = self.transport,
+            id = e.id,
+            header = ?shown,
+            reason,
+            "event header not sent ({kept}; logged once per name)"
+        );
     }
 }
 
@@ -311,16 +315,8 @@ mod tests {
 
     fn event(headers: &str) -> Event {
         Event {
-            id: 1,
-            tenant_id: uuid::Uuid::nil(),
-            aggregate_type: "a".into(),
-            aggregate_id: "1".into(),
-            event_type: "t".into(),
-            payload: "{}".into(),
             headers: headers.into(),
-            idempotency_key: "k".into(),
-            created_at: chrono::Utc::now(),
-            attempt_count: 1,
+            ..Event::sample()
         }
     }
 

@@ -141,16 +141,8 @@ mod tests {
 
     fn event() -> Event {
         Event {
-            id: 7,
-            tenant_id: uuid::Uuid::nil(),
-            aggregate_type: "order".into(),
             aggregate_id: "{event_type}".into(),
-            event_type: "order.placed".into(),
-            payload: "{}".into(),
-            headers: "{}".into(),
-            idempotency_key: "k-7".into(),
-            created_at: chrono::Utc::now(),
-            attempt_count: 1,
+            ..Event::sample()
         }
     }
 

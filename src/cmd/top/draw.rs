@@ -13,7 +13,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table};
 use ratatui::Frame;
 
-use crate::ops::stats::Figures;
+use crate::ops::stats::{Figures, BACKLOG_COLUMNS};
 use crate::ops::top::Sample;
 use crate::output::escape_controls;
 
@@ -192,30 +192,30 @@ fn draw_relays(frame: &mut Frame<'_>, area: Rect, s: &Sample) {
         ])
         .style(style)
     });
-    let table = Table::new(
+    let widget = table(
         rows,
-        [
-            Constraint::Length(8),
-            Constraint::Length(12),
-            Constraint::Fill(1),
-            Constraint::Length(16),
-            Constraint::Length(10),
-            Constraint::Length(11),
+        &[
+            ("pid", Constraint::Length(8)),
+            ("relay", Constraint::Length(12)),
+            ("schema", Constraint::Fill(1)),
+            ("client", Constraint::Length(16)),
+            ("busy/conns", Constraint::Length(10)),
+            ("last active", Constraint::Length(11)),
         ],
-    )
-    .header(
-        Row::new([
-            "pid",
-            "relay",
-            "schema",
-            "client",
-            "busy/conns",
-            "last active",
-        ])
-        .style(bold()),
-    )
-    .block(block);
-    frame.render_widget(table, area);
+        block,
+    );
+    frame.render_widget(widget, area);
+}
+
+/// A table in `block` whose columns are given as (header, width) pairs, the header in bold.
+fn table<'a>(
+    rows: impl IntoIterator<Item = Row<'a>>,
+    columns: &[(&'a str, Constraint)],
+    block: Block<'a>,
+) -> Table<'a> {
+    Table::new(rows, columns.iter().map(|c| c.1))
+        .header(Row::new(columns.iter().map(|c| c.0)).style(bold()))
+        .block(block)
 }
 
 /// The relays' box: as tall as its rows, up to 6, and one line when there is none.
@@ -234,42 +234,16 @@ fn draw_groups(frame: &mut Frame<'_>, area: Rect, s: &Sample) {
         return;
     }
     let row = |name: &str, f: &Figures| {
-        Row::new(vec![
-            escape_controls(name).into_owned(),
-            f.ready.to_string(),
-            f.scheduled.to_string(),
-            f.in_flight.to_string(),
-            f.retrying.to_string(),
-            f.dead_lettered.to_string(),
-            short(f.oldest_pending_lag_seconds),
-        ])
+        let mut cells = vec![escape_controls(name).into_owned()];
+        cells.extend(f.backlog_cells());
+        cells.push(short(f.oldest_pending_lag_seconds));
+        Row::new(cells)
     };
-    let table = Table::new(
-        s.groups.iter().map(|(k, f)| row(k, f)),
-        [
-            Constraint::Fill(1),
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(8),
-        ],
-    )
-    .header(
-        Row::new([
-            s.by,
-            "ready",
-            "scheduled",
-            "in flight",
-            "retrying",
-            "dead",
-            "lag",
-        ])
-        .style(bold()),
-    )
-    .block(block);
-    frame.render_widget(table, area);
+    let mut columns = vec![(s.by, Constraint::Fill(1))];
+    columns.extend(BACKLOG_COLUMNS.map(|c| (c, Constraint::Length(10))));
+    columns.push(("lag", Constraint::Length(8)));
+    let widget = table(s.groups.iter().map(|(k, f)| row(k, f)), &columns, block);
+    frame.render_widget(widget, area);
 }
 
 /// The blocked keys' box: absent when no key is blocked, else as tall as its rows (up to 5).
@@ -294,30 +268,19 @@ fn draw_blocked(frame: &mut Frame<'_>, area: Rect, s: &Sample) {
             k.pending.to_string(),
         ])
     });
-    let table = Table::new(
+    let widget = table(
         rows,
-        [
-            Constraint::Fill(1),
-            Constraint::Length(36),
-            Constraint::Fill(1),
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(8),
+        &[
+            ("aggregate type", Constraint::Fill(1)),
+            ("tenant", Constraint::Length(36)),
+            ("aggregate id", Constraint::Fill(1)),
+            ("head", Constraint::Length(10)),
+            ("blocked", Constraint::Length(10)),
+            ("pending", Constraint::Length(8)),
         ],
-    )
-    .header(
-        Row::new([
-            "aggregate type",
-            "tenant",
-            "aggregate id",
-            "head",
-            "blocked",
-            "pending",
-        ])
-        .style(bold()),
-    )
-    .block(Block::default().borders(Borders::ALL).title(title));
-    frame.render_widget(table, area);
+        Block::default().borders(Borders::ALL).title(title),
+    );
+    frame.render_widget(widget, area);
 }
 
 fn draw_dead(frame: &mut Frame<'_>, area: Rect, s: &Sample) {
@@ -336,19 +299,18 @@ fn draw_dead(frame: &mut Frame<'_>, area: Rect, s: &Sample) {
             escape_controls(d.last_error.as_deref().unwrap_or("-")).into_owned(),
         ])
     });
-    let table = Table::new(
+    let widget = table(
         rows,
-        [
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(20),
-            Constraint::Length(5),
-            Constraint::Fill(1),
+        &[
+            ("id", Constraint::Length(10)),
+            ("dead", Constraint::Length(10)),
+            ("event type", Constraint::Length(20)),
+            ("tries", Constraint::Length(5)),
+            ("error", Constraint::Fill(1)),
         ],
-    )
-    .header(Row::new(["id", "dead", "event type", "tries", "error"]).style(bold()))
-    .block(block);
-    frame.render_widget(table, area);
+        block,
+    );
+    frame.render_widget(widget, area);
 }
 
 fn secs_between(s: &Sample, t: chrono::DateTime<chrono::Utc>) -> f64 {

@@ -40,8 +40,7 @@ pub async fn run(args: TopArgs) -> anyhow::Result<u8> {
         .into());
     }
     let cfg = DbConfig::from_args(&args.db)?;
-    let mut conn = db::connect(&cfg).await?;
-    db::ensure_migrated(&mut conn, &cfg).await?;
+    let conn = db::connect_migrated(&cfg).await?;
     // Hidden, for the tests: panic once the first sample is drawn, to show the terminal restored.
     let panic_after_draw = std::env::var_os("OUTBOXCTL_TEST_TOP_PANIC").is_some();
 
