@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use outboxctl::db::stats::GroupBy;
 use serde_json::Value;
 
+use crate::support::plans::plan_nodes;
 use crate::support::{stderr, stdout, TestDb};
 
 const FIGURES: [&str; 12] = [
@@ -574,27 +575,11 @@ async fn human_table() {
     }
 }
 
-/// All plan nodes of an EXPLAIN (FORMAT JSON) plan.
-fn nodes<'a>(plan: &'a Value, out: &mut Vec<&'a Value>) {
-    out.push(plan);
-    for child in plan["Plans"].as_array().into_iter().flatten() {
-        nodes(child, out);
-    }
-}
-
 #[tokio::test]
 async fn no_statement_scans_published_history() {
     let db = TestDb::new().await;
     // A long published history (30 days, 20k rows), a small backlog, a few dead letters.
-    db.exec(
-        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
-                             idempotency_key, created_at, available_at, published_at)
-         SELECT '00000000-0000-0000-0000-000000000001', 'order', g::text, 'order.placed',
-                jsonb_build_object('n', g), 'p-' || g, t, t, t
-           FROM generate_series(1, 20000) g,
-                LATERAL (SELECT now() - interval '30 days' * g / 20000.0) AS x(t)",
-    )
-    .await;
+    db.seed_published_history(20000).await;
     db.seed_ready(50).await;
     db.exec(
         "UPDATE outbox SET dead_lettered_at = now(), attempt_count = 10
@@ -615,8 +600,7 @@ async fn no_statement_scans_published_history() {
                 .fetch_one(&mut *conn)
                 .await
                 .unwrap();
-            let mut all = Vec::new();
-            nodes(&plan[0]["Plan"], &mut all);
+            let all = plan_nodes(&plan[0]["Plan"]);
             let seq = all
                 .iter()
                 .any(|n| n["Node Type"] == "Seq Scan" && n["Relation Name"] == "outbox");

@@ -319,15 +319,7 @@ async fn no_statement_of_top_scans_published_history() {
     let db = TestDb::new().await;
     // A long published history (30 days, 20k rows), a small backlog, a few dead letters, one of
     // them blocking its ordered key.
-    db.exec(
-        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
-                             idempotency_key, created_at, available_at, published_at)
-         SELECT '00000000-0000-0000-0000-000000000001', 'order', g::text, 'order.placed',
-                jsonb_build_object('n', g), 'p-' || g, t, t, t
-           FROM generate_series(1, 20000) g,
-                LATERAL (SELECT now() - interval '30 days' * g / 20000.0) AS x(t)",
-    )
-    .await;
+    db.seed_published_history(20000).await;
     db.seed_ready(50).await;
     db.exec(
         "UPDATE outbox SET dead_lettered_at = now(), attempt_count = 10

@@ -6,7 +6,7 @@ use lapin::{Connection, ConnectionProperties};
 
 use crate::support::{stderr, stdout, TestDb, UNTOUCHED};
 
-const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+pub(super) const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 /// How many messages `queue` holds (a passive declare).
 async fn message_count(ch: &lapin::Channel, queue: &str) -> u32 {
@@ -24,7 +24,7 @@ async fn message_count(ch: &lapin::Channel, queue: &str) -> u32 {
 }
 
 /// A connection to the shared RabbitMQ, with `queue` declared on its channel.
-async fn with_queue(queue: &str) -> (Connection, lapin::Channel) {
+pub(super) async fn with_queue(queue: &str) -> (Connection, lapin::Channel) {
     let conn = Connection::connect(AMQP, ConnectionProperties::default())
         .await
         .expect("rabbitmq on 127.0.0.1:5672");

@@ -340,24 +340,13 @@ async fn nats_messages_carry_the_attributes_as_the_nats_binding_names_them() {
 
 #[tokio::test]
 async fn rabbitmq_messages_are_read_by_the_sdks_amqp_binding() {
-    use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
-    use lapin::types::{AMQPValue, FieldTable};
+    use lapin::options::{BasicGetOptions, QueueDeleteOptions};
+    use lapin::types::AMQPValue;
     let db = TestDb::new().await;
     let row = seed(&db).await;
-    let amqp = "amqp://guest:guest@127.0.0.1:5672/%2f";
     let queue = format!("obx-ce-{}", uuid::Uuid::new_v4().simple());
-    let conn = lapin::Connection::connect(amqp, lapin::ConnectionProperties::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(
-        queue.as_str().into(),
-        QueueDeclareOptions::default(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
-    db.relay(format!("{amqp}?routing_key={queue}"))
+    let (_conn, ch) = super::amqp::with_queue(&queue).await;
+    db.relay(format!("{}?routing_key={queue}", super::amqp::AMQP))
         .args(["--format", "cloudevents"])
         .once(0);
     let msg = ch

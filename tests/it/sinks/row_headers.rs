@@ -6,10 +6,10 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 
 use async_nats::jetstream;
-use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
-use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Connection, ConnectionProperties};
+use lapin::options::{BasicGetOptions, QueueDeleteOptions};
+use lapin::types::AMQPValue;
 
+use super::amqp::{with_queue, AMQP};
 use crate::support::servers::TestServer;
 use crate::support::{stderr, stdout_json, TestDb};
 
@@ -321,23 +321,11 @@ async fn nats_row_headers_never_purge_block_or_replace_the_dedup_id() {
     js.delete_stream(prefix.to_uppercase()).await.unwrap();
 }
 
-const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-
 #[tokio::test]
 async fn amqp_row_headers_never_carry_broker_arguments_or_relay_properties() {
     let db = TestDb::new().await;
     let queue = format!("obx-hdr-{}", uuid::Uuid::new_v4().simple());
-    let conn = Connection::connect(AMQP, ConnectionProperties::default())
-        .await
-        .expect("rabbitmq on 127.0.0.1:5672");
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(
-        queue.as_str().into(),
-        QueueDeclareOptions::default(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    let (_conn, ch) = with_queue(&queue).await;
     let long_name = "h".repeat(300);
     let ids = vec![
         insert(

@@ -128,6 +128,23 @@ impl TestDb {
             .await
     }
 
+    /// Inserts `n` published events with keys `p-1`..`p-n`, created, due and published at times
+    /// spread evenly over the last 30 days: a long history that reading commands must not scan.
+    pub async fn seed_published_history(&self, n: i64) {
+        sqlx::query(
+            "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                                 idempotency_key, created_at, available_at, published_at)
+             SELECT '00000000-0000-0000-0000-000000000001', 'order', g::text, 'order.placed',
+                    jsonb_build_object('n', g), 'p-' || g, t, t, t
+               FROM generate_series(1, $1::bigint) g,
+                    LATERAL (SELECT now() - interval '30 days' * g / $1::float8) AS x(t)",
+        )
+        .bind(n)
+        .execute(&self.pool)
+        .await
+        .expect("seed history");
+    }
+
     /// Inserts `n` ready events with keys `k-1`..`k-n`, the way seed 000's producer does.
     pub async fn seed_ready(&self, n: i64) {
         sqlx::query(
