@@ -6,6 +6,8 @@
 //! the run's audit row is written, and [`crate::relay::replay::run`] sends them. Its end is added
 //! to the audit row, and a stop names the `--from-id` to resume with.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -265,18 +267,33 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<u8> {
         fresh_keys: args.fresh_keys,
     };
     let shutdown = CancellationToken::new();
+    // Every event of the range below this id was taken by the sink: what a second signal's
+    // message names, as the engine reports it after each wave.
+    let resume_from = Arc::new(AtomicI64::new(range.after + 1));
     // Stop at the next event not yet handed over (publishes in flight finish within
-    // --publish-timeout). A second signal exits at once (the error of the first names no resume
-    // point then; the audit row keeps the count of the start).
+    // --publish-timeout). A second signal exits at once, with the resume point of the last wave
+    // the sink finished (the audit row keeps the count of the start).
+    let second = {
+        let resume_from = Arc::clone(&resume_from);
+        move || {
+            let from = resume_from.load(Ordering::SeqCst);
+            tracing::error!(
+                "replay interrupted again, events in flight abandoned; resume with --from-id {from} --replay-id {replay_id}"
+            )
+        }
+    };
     crate::ops::signals::stop_on_signals(
         shutdown.clone(),
         None,
         || tracing::info!("replay: stopping at the next event (a second signal exits at once)"),
-        || {},
+        second,
     )?;
     tracing::info!(sink = %sink_name, audit_id, replay_id, events = counted.n, "replay starting");
     let pb = output::progress(Some(counted.n), json, "replaying");
-    let on_sent = |n: u64| pb.inc(n);
+    let on_sent = |n: u64, resume: i64| {
+        pb.inc(n);
+        resume_from.store(resume, Ordering::SeqCst);
+    };
     let ended = engine::run(
         &mut conn,
         &pin,

@@ -195,7 +195,7 @@ struct Sender<'a> {
     shutdown: &'a CancellationToken,
     pacer: Option<Pacer>,
     sent: u64,
-    on_sent: &'a (dyn Fn(u64) + Sync),
+    on_sent: &'a (dyn Fn(u64, i64) + Sync),
 }
 
 impl Sender<'_> {
@@ -205,6 +205,7 @@ impl Sender<'_> {
         let mut pending = wave;
         let mut attempt = 0u32;
         let mut failing_since: Option<Instant> = None;
+        let last = pending.last().map_or(0, |e| e.id);
         loop {
             let first = pending[0].id;
             if let Some(p) = &mut self.pacer {
@@ -268,8 +269,10 @@ impl Sender<'_> {
                 again.push(e);
             }
             self.sent += took;
-            (self.on_sent)(took);
-            let Some(at) = again.first().map(|e| e.id) else {
+            let at = again.first().map(|e| e.id);
+            // Everything below the first event to send again (or the whole wave) is taken.
+            (self.on_sent)(took, at.unwrap_or(last + 1));
+            let Some(at) = at else {
                 if let Some(since) = failing_since {
                     ReplayEvent::Recovered {
                         after: since.elapsed(),
@@ -314,7 +317,8 @@ impl Sender<'_> {
 }
 
 /// Sends the events of `range`, batch after batch, to `sink`, marked with `marking`; calls
-/// `on_sent` with each count the sink took (for a progress bar). Returns how the run ended; an
+/// `on_sent` with each count the sink took (for a progress bar) and the id to resume from should
+/// the run end now (every event of the range below it was taken). Returns how the run ended; an
 /// error only when the database failed (its context names the id to resume from).
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
@@ -325,7 +329,7 @@ pub async fn run(
     mut range: Range<'_>,
     marking: &Marking<'_>,
     shutdown: &CancellationToken,
-    on_sent: &(dyn Fn(u64) + Sync),
+    on_sent: &(dyn Fn(u64, i64) + Sync),
 ) -> anyhow::Result<Ended> {
     use anyhow::Context;
     let wave_max = match cfg.rate {

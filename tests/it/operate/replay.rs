@@ -1,7 +1,8 @@
 //! `outboxctl replay` against real sinks (an HTTP server of the test's own, the shared Tansu for
 //! Kafka, a file): what arrives (the selection, in key order, marked, with the original or fresh
 //! keys, digits intact), that nothing in the outbox changes, the audit row, the dry run and the
-//! confirmation, and a stop (outage, closed port, SIGINT) with a resume hint that works.
+//! confirmation, and a stop (outage, closed port, SIGINT, a second SIGINT) with a resume hint that
+//! works.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -438,6 +439,82 @@ async fn sigint_stops_it_with_a_resume_hint_and_the_rate_is_kept() {
     assert!(sent < 40, "stopped early");
     assert_eq!(from, sent + 1, "{text}");
     assert_eq!(audits(&db).await[0]["stop_reason"], "interrupted");
+}
+
+/// The second signal exits at once, with events in flight: its message names the start of the
+/// wave the sink had not finished, and resuming there sends everything not yet taken.
+#[tokio::test]
+async fn a_second_sigint_exits_at_once_and_names_where_to_resume() {
+    let db = TestDb::new().await;
+    published(&db, 12, 12).await;
+    // Events 1-4 are answered; event 5 is held until the test lets it go.
+    let held = Arc::new((std::sync::Mutex::new(true), std::sync::Condvar::new()));
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let (h, a) = (Arc::clone(&held), Arc::clone(&arrived));
+    let server = TestServer::start(0, move |r| {
+        if doc_id(r) >= 5 {
+            a.fetch_add(1, Ordering::SeqCst);
+            let (lock, cv) = &*h;
+            let _g = cv.wait_while(lock.lock().unwrap(), |hold| *hold).unwrap();
+        }
+        (200, vec![])
+    });
+    let mut child = db
+        .cmd()
+        .args(["-v", "replay", "--all", "--sink", &server.url()])
+        .args(["--batch-size", "3", "--concurrency", "1"])
+        .args(["--publish-timeout", "60s", "--yes"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = capture(child.stderr.take().unwrap());
+    wait_until(
+        Duration::from_secs(20),
+        "event 5 held by the server",
+        || async { arrived.load(Ordering::SeqCst) >= 1 },
+    )
+    .await;
+    signal(&child, "INT");
+    wait_until(
+        Duration::from_secs(20),
+        "the first signal taken",
+        || async { err.lock().unwrap().contains("stopping at the next event") },
+    )
+    .await;
+    signal(&child, "INT");
+    let status = child.wait().unwrap();
+    let text = err.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(130), "{text}");
+    assert!(text.contains("interrupted again"), "{text}");
+    let (from, replay_id) = resume_hint(&text);
+    // Waves of 3: 1-3 taken, then 4 (taken) and 5 (held) in the wave in flight.
+    assert_eq!(from, 4, "{text}");
+    let audit_id: i64 = db
+        .scalar("SELECT id FROM outbox_audit WHERE action = 'replay'")
+        .await;
+    assert_eq!(replay_id, audit_id, "{text}");
+    let taken: Vec<i64> = server.accepted().iter().map(doc_id).collect();
+    assert_eq!(taken, (1..=4).collect::<Vec<_>>());
+    {
+        let (lock, cv) = &*held;
+        *lock.lock().unwrap() = false;
+        cv.notify_all();
+    }
+
+    let rest = TestServer::start(0, |_| (200, vec![]));
+    let (from_s, id_s) = (from.to_string(), replay_id.to_string());
+    let url = rest.url();
+    let args = ["replay", "--all", "--sink", &url, "--yes"];
+    run(
+        &db,
+        &[&args[..], &["--from-id", &from_s, "--replay-id", &id_s]].concat(),
+        0,
+    );
+    let mut ids: Vec<i64> = rest.accepted().iter().map(doc_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (4..=12).collect::<Vec<_>>(), "the rest, from the hint");
 }
 
 #[tokio::test]
