@@ -81,6 +81,23 @@ fn assert_key_order(arrived: &[(String, i64)]) {
     }
 }
 
+/// A replay started in the background, its stderr captured as it comes.
+fn spawn_replay(
+    db: &TestDb,
+    args: &[&str],
+) -> (std::process::Child, Arc<std::sync::Mutex<String>>) {
+    let mut child = db
+        .cmd()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = capture(child.stderr.take().unwrap());
+    (child, err)
+}
+
 /// "resume with --from-id N --replay-id M" in a stop's error: (N, M).
 fn resume_hint(err: &str) -> (i64, i64) {
     let tail = err
@@ -406,23 +423,11 @@ async fn sigint_stops_it_with_a_resume_hint_and_the_rate_is_kept() {
     let db = TestDb::new().await;
     published(&db, 40, 40).await;
     let server = TestServer::start(0, |_| (200, vec![]));
-    let mut child = db
-        .cmd()
-        .args([
-            "replay",
-            "--all",
-            "--sink",
-            &server.url(),
-            "--rate",
-            "10/s",
-            "--yes",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = capture(child.stderr.take().unwrap());
+    let url = server.url();
+    let (mut child, err) = spawn_replay(
+        &db,
+        &["replay", "--all", "--sink", &url, "--rate", "10/s", "--yes"],
+    );
     let started = Instant::now();
     wait_until(Duration::from_secs(20), "12 events sent", || async {
         server.accepted().len() >= 12
@@ -459,17 +464,24 @@ async fn a_second_sigint_exits_at_once_and_names_where_to_resume() {
         }
         (200, vec![])
     });
-    let mut child = db
-        .cmd()
-        .args(["-v", "replay", "--all", "--sink", &server.url()])
-        .args(["--batch-size", "3", "--concurrency", "1"])
-        .args(["--publish-timeout", "60s", "--yes"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = capture(child.stderr.take().unwrap());
+    let url = server.url();
+    let (mut child, err) = spawn_replay(
+        &db,
+        &[
+            "-v",
+            "replay",
+            "--all",
+            "--sink",
+            &url,
+            "--batch-size",
+            "3",
+            "--concurrency",
+            "1",
+            "--publish-timeout",
+            "60s",
+            "--yes",
+        ],
+    );
     wait_until(
         Duration::from_secs(20),
         "event 5 held by the server",

@@ -1566,7 +1566,15 @@ async fn a_row_pending_below_the_key_floor_holds_its_key_until_a_pass_without_th
         let ids = || crate::support::ids_in_file(&file);
         let first = insert(&db, "order", "k", 1, false).await;
         insert(&db, "order", "other", 1, false).await;
-        once();
+        // A run saves the floor only once the transactions running when its pass began have
+        // ended: under a loaded suite another test's may outlive one run, so run until it does.
+        wait_until(Duration::from_secs(60), "a run saves the floor", || async {
+            once();
+            db.scalar::<Option<i64>>("SELECT max(key_floor) FROM outbox_relay_floor")
+                .await
+                .is_some()
+        })
+        .await;
         let (floor, top): (i64, i64) = (
             db.scalar("SELECT key_floor FROM outbox_relay_floor").await,
             db.scalar("SELECT max(id) FROM outbox").await,
