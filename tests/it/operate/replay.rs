@@ -5,7 +5,6 @@
 //! works.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +13,9 @@ use serde_json::Value;
 
 use crate::support::servers::kafka::read_all;
 use crate::support::servers::{ClosedPort, Received, TestServer};
-use crate::support::{capture, run, signal, stderr, stdout, stdout_json, wait_until, TestDb};
+use crate::support::{
+    run, signal, spawn_capturing, stderr, stdout, stdout_json, wait_until, TestDb,
+};
 
 /// A number no float keeps: its digits must arrive as stored.
 const DIGITS: &str = "12345678901234567890.000000000001";
@@ -79,23 +80,6 @@ fn assert_key_order(arrived: &[(String, i64)]) {
             );
         }
     }
-}
-
-/// A replay started in the background, its stderr captured as it comes.
-fn spawn_replay(
-    db: &TestDb,
-    args: &[&str],
-) -> (std::process::Child, Arc<std::sync::Mutex<String>>) {
-    let mut child = db
-        .cmd()
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = capture(child.stderr.take().unwrap());
-    (child, err)
 }
 
 /// "resume with --from-id N --replay-id M" in a stop's error: (N, M).
@@ -424,7 +408,7 @@ async fn sigint_stops_it_with_a_resume_hint_and_the_rate_is_kept() {
     published(&db, 40, 40).await;
     let server = TestServer::start(0, |_| (200, vec![]));
     let url = server.url();
-    let (mut child, err) = spawn_replay(
+    let (mut child, err) = spawn_capturing(
         &db,
         &["replay", "--all", "--sink", &url, "--rate", "10/s", "--yes"],
     );
@@ -465,7 +449,7 @@ async fn a_second_sigint_exits_at_once_and_names_where_to_resume() {
         (200, vec![])
     });
     let url = server.url();
-    let (mut child, err) = spawn_replay(
+    let (mut child, err) = spawn_capturing(
         &db,
         &[
             "-v",

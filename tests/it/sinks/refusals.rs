@@ -4,7 +4,7 @@
 //! login must be set (ports 18800-18809, shifted by `OUTBOXCTL_TEST_PORT_OFFSET`), uniquely named
 //! queues and topics on the shared RabbitMQ and Tansu, and an HTTP server of the test's own.
 
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Output};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::support::servers::ChildServer;
 use crate::support::servers::TestServer;
-use crate::support::{capture, port, signal, stderr, wait_until, TestDb};
+use crate::support::{port, signal, spawn_capturing, stderr, wait_until, TestDb};
 
 /// Rows that are neither published nor dead and carry no trace of a publish: no attempt
 /// counted, no error, no lease.
@@ -88,17 +88,25 @@ fn error_line(out: &Output) -> String {
 /// A relay daemon to `sink` with a per-row schedule far shorter than the waits below (three
 /// attempts of at most 200 ms), logging its probes (`-vv`).
 fn daemon(db: &TestDb, sink: &str, batch: &str) -> (Child, Arc<Mutex<String>>) {
-    let mut child = db
-        .cmd()
-        .args(["relay", "--sink", sink, "-vv", "--batch-size", batch])
-        .args(["--max-attempts", "3", "--backoff-base", "50ms"])
-        .args(["--backoff-max", "200ms", "--poll-interval", "200ms"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = capture(child.stderr.take().unwrap());
-    (child, log)
+    spawn_capturing(
+        db,
+        &[
+            "relay",
+            "--sink",
+            sink,
+            "-vv",
+            "--batch-size",
+            batch,
+            "--max-attempts",
+            "3",
+            "--backoff-base",
+            "50ms",
+            "--backoff-max",
+            "200ms",
+            "--poll-interval",
+            "200ms",
+        ],
+    )
 }
 
 /// The circuit's WARN line, once it is there, after `probes` failed probes.

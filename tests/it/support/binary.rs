@@ -104,6 +104,27 @@ pub fn capture<R: std::io::Read + Send + 'static>(
     buf
 }
 
+/// Starts `outboxctl ARGS` against `db` in the background (stdin and stdout closed), its stderr
+/// collected as it comes ([`capture`]), for a test that signals it or waits on a log line.
+pub fn spawn_capturing(
+    db: &TestDb,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    let mut child = db
+        .cmd()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn outboxctl");
+    let err = capture(child.stderr.take().unwrap());
+    (child, err)
+}
+
 /// The local ports of `child`'s TCP connections (Linux /proc), to find its server backends in
 /// pg_stat_activity.client_port.
 pub fn client_ports(child: &std::process::Child) -> Vec<i32> {
