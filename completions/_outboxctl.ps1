@@ -44,6 +44,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('requeue', 'requeue', [CompletionResultType]::ParameterValue, 'Send dead-lettered events again, by ids or by filters (--all for every one)')
             [CompletionResult]::new('replay', 'replay', [CompletionResultType]::ParameterValue, 'Send published events again, to any sink, without changing them')
             [CompletionResult]::new('ordering', 'ordering', [CompletionResultType]::ParameterValue, 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.')
+            [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Log mode: relays read the outbox as a log, with no write per published event.')
             [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('event', 'event', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
@@ -114,7 +115,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'What each event is sent as: `document` (outboxctl''s JSON document) or `cloudevents` (CloudEvents 1.0)')
             [CompletionResult]::new('--cloudevents-mode', '--cloudevents-mode', [CompletionResultType]::ParameterName, 'With --format cloudevents: how the attributes travel, `binary` or `structured`')
             [CompletionResult]::new('--cloudevents-source', '--cloudevents-source', [CompletionResultType]::ParameterName, 'With --format cloudevents: the `source` attribute, a URI-reference, e.g. https://shop.example.com/orders [default: /outboxctl/DATABASE/SCHEMA]')
-            [CompletionResult]::new('--mode', '--mode', [CompletionResultType]::ParameterName, 'How claims are settled. `lease`: claim commits a lease, publish runs outside any transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and mark in one transaction that stays open during the publish (fewer writes per event). `auto`: tx for stdout, file, null, Redis and Kafka (a batch is published within one --publish-timeout), lease for HTTP, NATS and RabbitMQ (a publish per event: a slow sink would keep the transaction open up to the lease)')
+            [CompletionResult]::new('--mode', '--mode', [CompletionResultType]::ParameterName, 'How claims are settled. `lease`: claim commits a lease, publish runs outside any transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and mark in one transaction that stays open during the publish (fewer writes per event). `log`: while `outboxctl log enable` is on, read the outbox as a log between transaction-id snapshots, one reader at a time, with no write per published event. `auto`: log while log mode is on; otherwise tx for stdout, file, null, Redis and Kafka (a batch is published within one --publish-timeout), lease for HTTP, NATS and RabbitMQ (a publish per event: a slow sink would keep the transaction open up to the lease). tx and lease refuse to start while log mode is on, and log while it is off')
             [CompletionResult]::new('--batch-size', '--batch-size', [CompletionResultType]::ParameterName, 'Rows claimed per batch')
             [CompletionResult]::new('--batch-bytes', '--batch-bytes', [CompletionResultType]::ParameterName, 'Bytes claimed per batch, at most (payload and headers, e.g. 16MiB, 512KiB): a batch stops at --batch-size rows or at this many bytes, whichever comes first, so the relay''s memory stays within a small multiple of it. An event larger than this is claimed alone')
             [CompletionResult]::new('--concurrency', '--concurrency', [CompletionResultType]::ParameterName, 'Publishes in flight at once within a batch')
@@ -795,6 +796,96 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
         'outboxctl;ordering;help;help' {
             break
         }
+        'outboxctl;log' {
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('enable', 'enable', [CompletionResultType]::ParameterValue, 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited')
+            [CompletionResult]::new('disable', 'disable', [CompletionResultType]::ParameterValue, 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Whether log mode is on, the log''s position, its reader and its retry set')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'outboxctl;log;enable' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--pooler', '--pooler', [CompletionResultType]::ParameterName, 'What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any PgBouncer version): every statement in a transaction of its own that sets the schema and the session''s settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and requeue run this way (other commands exit 2)')
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why, recorded in the audit table')
+            [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'outboxctl;log;disable' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--pooler', '--pooler', [CompletionResultType]::ParameterName, 'What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any PgBouncer version): every statement in a transaction of its own that sets the schema and the session''s settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and requeue run this way (other commands exit 2)')
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why, recorded in the audit table')
+            [CompletionResult]::new('--actor', '--actor', [CompletionResultType]::ParameterName, 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'outboxctl;log;status' {
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql')
+            [CompletionResult]::new('--schema', '--schema', [CompletionResultType]::ParameterName, 'Schema holding the outbox tables (created by `migrate` if missing)')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting after this long (e.g. 5s)')
+            [CompletionResult]::new('--pooler', '--pooler', [CompletionResultType]::ParameterName, 'What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any PgBouncer version): every statement in a transaction of its own that sets the schema and the session''s settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and requeue run this way (other commands exit 2)')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON on stdout instead of a table')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'outboxctl;log;help' {
+            [CompletionResult]::new('enable', 'enable', [CompletionResultType]::ParameterValue, 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited')
+            [CompletionResult]::new('disable', 'disable', [CompletionResultType]::ParameterValue, 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Whether log mode is on, the log''s position, its reader and its retry set')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'outboxctl;log;help;enable' {
+            break
+        }
+        'outboxctl;log;help;disable' {
+            break
+        }
+        'outboxctl;log;help;status' {
+            break
+        }
+        'outboxctl;log;help;help' {
+            break
+        }
         'outboxctl;events' {
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it')
@@ -1355,6 +1446,7 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             [CompletionResult]::new('requeue', 'requeue', [CompletionResultType]::ParameterValue, 'Send dead-lettered events again, by ids or by filters (--all for every one)')
             [CompletionResult]::new('replay', 'replay', [CompletionResultType]::ParameterValue, 'Send published events again, to any sink, without changing them')
             [CompletionResult]::new('ordering', 'ordering', [CompletionResultType]::ParameterValue, 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.')
+            [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Log mode: relays read the outbox as a log, with no write per published event.')
             [CompletionResult]::new('events', 'events', [CompletionResultType]::ParameterValue, 'Any event, in any state: list, show, cancel, reschedule and edit')
             [CompletionResult]::new('prune', 'prune', [CompletionResultType]::ParameterValue, 'Delete published events past their retention, in short batches (for cron)')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check')
@@ -1422,6 +1514,21 @@ Register-ArgumentCompleter -Native -CommandName 'outboxctl' -ScriptBlock {
             break
         }
         'outboxctl;help;ordering;skip' {
+            break
+        }
+        'outboxctl;help;log' {
+            [CompletionResult]::new('enable', 'enable', [CompletionResultType]::ParameterValue, 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited')
+            [CompletionResult]::new('disable', 'disable', [CompletionResultType]::ParameterValue, 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Whether log mode is on, the log''s position, its reader and its retry set')
+            break
+        }
+        'outboxctl;help;log;enable' {
+            break
+        }
+        'outboxctl;help;log;disable' {
+            break
+        }
+        'outboxctl;help;log;status' {
             break
         }
         'outboxctl;help;events' {

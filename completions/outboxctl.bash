@@ -46,6 +46,9 @@ _outboxctl() {
             outboxctl,help)
                 cmd="outboxctl__subcmd__help"
                 ;;
+            outboxctl,log)
+                cmd="outboxctl__subcmd__log"
+                ;;
             outboxctl,migrate)
                 cmd="outboxctl__subcmd__migrate"
                 ;;
@@ -172,6 +175,9 @@ _outboxctl() {
             outboxctl__subcmd__help,help)
                 cmd="outboxctl__subcmd__help__subcmd__help"
                 ;;
+            outboxctl__subcmd__help,log)
+                cmd="outboxctl__subcmd__help__subcmd__log"
+                ;;
             outboxctl__subcmd__help,migrate)
                 cmd="outboxctl__subcmd__help__subcmd__migrate"
                 ;;
@@ -226,6 +232,15 @@ _outboxctl() {
             outboxctl__subcmd__help__subcmd__events,show)
                 cmd="outboxctl__subcmd__help__subcmd__events__subcmd__show"
                 ;;
+            outboxctl__subcmd__help__subcmd__log,disable)
+                cmd="outboxctl__subcmd__help__subcmd__log__subcmd__disable"
+                ;;
+            outboxctl__subcmd__help__subcmd__log,enable)
+                cmd="outboxctl__subcmd__help__subcmd__log__subcmd__enable"
+                ;;
+            outboxctl__subcmd__help__subcmd__log,status)
+                cmd="outboxctl__subcmd__help__subcmd__log__subcmd__status"
+                ;;
             outboxctl__subcmd__help__subcmd__ordering,disable)
                 cmd="outboxctl__subcmd__help__subcmd__ordering__subcmd__disable"
                 ;;
@@ -237,6 +252,30 @@ _outboxctl() {
                 ;;
             outboxctl__subcmd__help__subcmd__ordering,status)
                 cmd="outboxctl__subcmd__help__subcmd__ordering__subcmd__status"
+                ;;
+            outboxctl__subcmd__log,disable)
+                cmd="outboxctl__subcmd__log__subcmd__disable"
+                ;;
+            outboxctl__subcmd__log,enable)
+                cmd="outboxctl__subcmd__log__subcmd__enable"
+                ;;
+            outboxctl__subcmd__log,help)
+                cmd="outboxctl__subcmd__log__subcmd__help"
+                ;;
+            outboxctl__subcmd__log,status)
+                cmd="outboxctl__subcmd__log__subcmd__status"
+                ;;
+            outboxctl__subcmd__log__subcmd__help,disable)
+                cmd="outboxctl__subcmd__log__subcmd__help__subcmd__disable"
+                ;;
+            outboxctl__subcmd__log__subcmd__help,enable)
+                cmd="outboxctl__subcmd__log__subcmd__help__subcmd__enable"
+                ;;
+            outboxctl__subcmd__log__subcmd__help,help)
+                cmd="outboxctl__subcmd__log__subcmd__help__subcmd__help"
+                ;;
+            outboxctl__subcmd__log__subcmd__help,status)
+                cmd="outboxctl__subcmd__log__subcmd__help__subcmd__status"
                 ;;
             outboxctl__subcmd__ordering,disable)
                 cmd="outboxctl__subcmd__ordering__subcmd__disable"
@@ -275,7 +314,7 @@ _outboxctl() {
 
     case "${cmd}" in
         outboxctl)
-            opts="-v -q -h -V --verbose --quiet --log-format --database-url --schema --connect-timeout --json --help --version migrate publish relay stats top dead dlq requeue replay ordering events event prune doctor grants completions demo bench help"
+            opts="-v -q -h -V --verbose --quiet --log-format --database-url --schema --connect-timeout --json --help --version migrate publish relay stats top dead dlq requeue replay ordering log events event prune doctor grants completions demo bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -344,7 +383,7 @@ _outboxctl() {
                     return 0
                     ;;
                 --mode)
-                    COMPREPLY=($(compgen -W "auto lease tx" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto lease tx log" -- "${cur}"))
                     return 0
                     ;;
                 --rate)
@@ -1355,7 +1394,7 @@ _outboxctl() {
             return 0
             ;;
         outboxctl__subcmd__help)
-            opts="migrate publish relay stats top dead requeue replay ordering events prune doctor grants completions demo bench help"
+            opts="migrate publish relay stats top dead requeue replay ordering log events prune doctor grants completions demo bench help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1606,6 +1645,62 @@ _outboxctl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        outboxctl__subcmd__help__subcmd__log)
+            opts="enable disable status"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__help__subcmd__log__subcmd__disable)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__help__subcmd__log__subcmd__enable)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__help__subcmd__log__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         outboxctl__subcmd__help__subcmd__migrate)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1781,6 +1876,212 @@ _outboxctl() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__log)
+            opts="-v -q -h -V --verbose --quiet --log-format --help --version enable disable status help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__log__subcmd__disable)
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --reason --actor --json --verbose --quiet --log-format --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --schema)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
+                    return 0
+                    ;;
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --actor)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__log__subcmd__enable)
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --reason --actor --json --verbose --quiet --log-format --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --schema)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
+                    return 0
+                    ;;
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --actor)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__log__subcmd__help)
+            opts="enable disable status help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__log__subcmd__help__subcmd__disable)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__log__subcmd__help__subcmd__enable)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__log__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__log__subcmd__help__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        outboxctl__subcmd__log__subcmd__status)
+            opts="-v -q -h -V --database-url --schema --connect-timeout --pooler --json --verbose --quiet --log-format --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --schema)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pooler)
+                    COMPREPLY=($(compgen -W "none session transaction" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -2292,7 +2593,7 @@ _outboxctl() {
                     return 0
                     ;;
                 --mode)
-                    COMPREPLY=($(compgen -W "auto lease tx" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto lease tx log" -- "${cur}"))
                     return 0
                     ;;
                 --batch-size)

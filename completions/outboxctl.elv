@@ -41,6 +41,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand requeue 'Send dead-lettered events again, by ids or by filters (--all for every one)'
             cand replay 'Send published events again, to any sink, without changing them'
             cand ordering 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.'
+            cand log 'Log mode: relays read the outbox as a log, with no write per published event.'
             cand events 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand event 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
@@ -108,7 +109,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand --format 'What each event is sent as: `document` (outboxctl''s JSON document) or `cloudevents` (CloudEvents 1.0)'
             cand --cloudevents-mode 'With --format cloudevents: how the attributes travel, `binary` or `structured`'
             cand --cloudevents-source 'With --format cloudevents: the `source` attribute, a URI-reference, e.g. https://shop.example.com/orders [default: /outboxctl/DATABASE/SCHEMA]'
-            cand --mode 'How claims are settled. `lease`: claim commits a lease, publish runs outside any transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and mark in one transaction that stays open during the publish (fewer writes per event). `auto`: tx for stdout, file, null, Redis and Kafka (a batch is published within one --publish-timeout), lease for HTTP, NATS and RabbitMQ (a publish per event: a slow sink would keep the transaction open up to the lease)'
+            cand --mode 'How claims are settled. `lease`: claim commits a lease, publish runs outside any transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and mark in one transaction that stays open during the publish (fewer writes per event). `log`: while `outboxctl log enable` is on, read the outbox as a log between transaction-id snapshots, one reader at a time, with no write per published event. `auto`: log while log mode is on; otherwise tx for stdout, file, null, Redis and Kafka (a batch is published within one --publish-timeout), lease for HTTP, NATS and RabbitMQ (a publish per event: a slow sink would keep the transaction open up to the lease). tx and lease refuse to start while log mode is on, and log while it is off'
             cand --batch-size 'Rows claimed per batch'
             cand --batch-bytes 'Bytes claimed per batch, at most (payload and headers, e.g. 16MiB, 512KiB): a batch stops at --batch-size rows or at this many bytes, whichever comes first, so the relay''s memory stays within a small multiple of it. An event larger than this is claimed alone'
             cand --concurrency 'Publishes in flight at once within a batch'
@@ -747,6 +748,87 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         }
         &'outboxctl;ordering;help;help'= {
         }
+        &'outboxctl;log'= {
+            cand --log-format 'Log line format'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand enable 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited'
+            cand disable 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited'
+            cand status 'Whether log mode is on, the log''s position, its reader and its retry set'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'outboxctl;log;enable'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --pooler 'What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any PgBouncer version): every statement in a transaction of its own that sets the schema and the session''s settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and requeue run this way (other commands exit 2)'
+            cand --reason 'Why, recorded in the audit table'
+            cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
+            cand --log-format 'Log line format'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;log;disable'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --pooler 'What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any PgBouncer version): every statement in a transaction of its own that sets the schema and the session''s settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and requeue run this way (other commands exit 2)'
+            cand --reason 'Why, recorded in the audit table'
+            cand --actor 'Who runs this, recorded in the audit row beside the database role, e.g. alice or deploy-bot [default: $USER@hostname]'
+            cand --log-format 'Log line format'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;log;status'= {
+            cand --database-url 'PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...). Without it the libpq variables PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE are used, like psql'
+            cand --schema 'Schema holding the outbox tables (created by `migrate` if missing)'
+            cand --connect-timeout 'Give up connecting after this long (e.g. 5s)'
+            cand --pooler 'What sits between outboxctl and PostgreSQL. `session`: a pooler in session mode (PgBouncer pool_mode = session): no startup parameters it refuses, the schema set per connection. `transaction`: a pooler in transaction mode (pool_mode = transaction, any PgBouncer version): every statement in a transaction of its own that sets the schema and the session''s settings with SET LOCAL, no LISTEN (the relay polls); only relay, prune and requeue run this way (other commands exit 2)'
+            cand --log-format 'Log line format'
+            cand --json 'Print JSON on stdout instead of a table'
+            cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand --verbose 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
+            cand -q 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand --quiet 'Only errors: no log lines below error and no summary lines ("inserted event 42"). Data (tables, --json, relayed events) is still printed'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'outboxctl;log;help'= {
+            cand enable 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited'
+            cand disable 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited'
+            cand status 'Whether log mode is on, the log''s position, its reader and its retry set'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'outboxctl;log;help;enable'= {
+        }
+        &'outboxctl;log;help;disable'= {
+        }
+        &'outboxctl;log;help;status'= {
+        }
+        &'outboxctl;log;help;help'= {
+        }
         &'outboxctl;events'= {
             cand --log-format 'Log line format'
             cand -v 'More of outboxctl''s own log output (-v info, -vv debug, -vvv trace; other crates stay off). `OUTBOXCTL_LOG` / `RUST_LOG` (a tracing filter) replace it'
@@ -1273,6 +1355,7 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
             cand requeue 'Send dead-lettered events again, by ids or by filters (--all for every one)'
             cand replay 'Send published events again, to any sink, without changing them'
             cand ordering 'Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.'
+            cand log 'Log mode: relays read the outbox as a log, with no write per published event.'
             cand events 'Any event, in any state: list, show, cancel, reschedule and edit'
             cand prune 'Delete published events past their retention, in short batches (for cron)'
             cand doctor 'Tell what is wrong with an outbox before it hurts: one PASS / WARN / FAIL line per check'
@@ -1323,6 +1406,17 @@ set edit:completion:arg-completer[outboxctl] = {|@words|
         &'outboxctl;help;ordering;status'= {
         }
         &'outboxctl;help;ordering;skip'= {
+        }
+        &'outboxctl;help;log'= {
+            cand enable 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited'
+            cand disable 'Switch log mode on or off. `enable` builds the transaction-id index (CREATE INDEX CONCURRENTLY: it waits for transactions already writing the outbox); `disable` hands the outbox back to queue mode at the log''s position (events the log published are marked published, one write each, once) and drops the index. Audited'
+            cand status 'Whether log mode is on, the log''s position, its reader and its retry set'
+        }
+        &'outboxctl;help;log;enable'= {
+        }
+        &'outboxctl;help;log;disable'= {
+        }
+        &'outboxctl;help;log;status'= {
         }
         &'outboxctl;help;events'= {
             cand list 'Events, newest first, with their state'

@@ -62,6 +62,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Command::Requeue(args) => cmd::requeue::run(args).await,
             Command::Replay(args) => cmd::replay::run(*args).await,
             Command::Ordering(args) => cmd::ordering::run(args).await,
+            Command::LogMode(args) => cmd::logmode::run(args).await,
             Command::Events(args) => cmd::events::run(args).await,
             Command::Prune(args) => cmd::prune::run(args).await,
             Command::Relay(args) => cmd::relay::run(args, log_format).await,

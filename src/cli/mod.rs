@@ -15,6 +15,7 @@ mod doctor;
 mod env;
 mod events;
 mod grants;
+mod logmode;
 mod migrate;
 mod nagios;
 mod ordering;
@@ -39,6 +40,7 @@ pub use events::{
     EventsListArgs, EventsShowArgs, RescheduleArgs, RescheduleVars, ShowArgs, StateArg,
 };
 pub use grants::{GrantsArgs, GrantsFor};
+pub use logmode::{LogModeArgs, LogModeChangeArgs, LogModeCommand, LogModeStatusArgs};
 pub use migrate::MigrateArgs;
 pub use nagios::is_nagios_check;
 pub use ordering::{
@@ -119,6 +121,8 @@ pub enum Command {
     Requeue(RequeueArgs),
     Replay(Box<ReplayArgs>),
     Ordering(OrderingArgs),
+    #[command(name = "log")]
+    LogMode(LogModeArgs),
     #[command(visible_alias = "event")]
     Events(EventsArgs),
     Prune(PruneArgs),

@@ -249,9 +249,12 @@ pub struct RelayArgs {
     /// How claims are settled. `lease`: claim commits a lease, publish runs outside any
     /// transaction, a fenced settle follows (for slow or remote sinks). `tx`: claim, publish and
     /// mark in one transaction that stays open during the publish (fewer writes per event).
-    /// `auto`: tx for stdout, file, null, Redis and Kafka (a batch is published within one
-    /// --publish-timeout), lease for HTTP, NATS and RabbitMQ (a publish per event: a slow sink
-    /// would keep the transaction open up to the lease).
+    /// `log`: while `outboxctl log enable` is on, read the outbox as a log between
+    /// transaction-id snapshots, one reader at a time, with no write per published event.
+    /// `auto`: log while log mode is on; otherwise tx for stdout, file, null, Redis and Kafka (a
+    /// batch is published within one --publish-timeout), lease for HTTP, NATS and RabbitMQ (a
+    /// publish per event: a slow sink would keep the transaction open up to the lease). tx and
+    /// lease refuse to start while log mode is on, and log while it is off.
     #[arg(long, env = "OUTBOXCTL_MODE", value_enum, default_value_t = RelayMode::Auto)]
     pub mode: RelayMode,
 
@@ -325,6 +328,7 @@ pub enum RelayMode {
     Auto,
     Lease,
     Tx,
+    Log,
 }
 
 #[cfg(test)]

@@ -114,6 +114,12 @@ async fn bench(
     let json = args.output.json;
     let mode = match args.mode {
         crate::cli::RelayMode::Lease => Mode::Lease,
+        crate::cli::RelayMode::Log => {
+            return Err(crate::exit::CodedError::usage(
+                "bench measures the queue modes only (--mode tx or lease); measure log mode with `relay --once --mode log` (bench/log-mode.sh)",
+            )
+            .into())
+        }
         _ => Mode::Tx,
     };
     let synchronous_commit: String = sqlx::query_scalar("SHOW synchronous_commit")
@@ -291,7 +297,7 @@ async fn sql_ceiling(
             };
             loop {
                 let got = match mode {
-                    Mode::Tx => {
+                    Mode::Tx | Mode::Log => {
                         let mut tx = conn.begin().await?;
                         let rows = db::relay::claim_tx(&mut tx, limit).await?.rows;
                         tx.commit().await?;
@@ -399,6 +405,7 @@ async fn start_daemon(
         ordering: Default::default(),
         sizing: Default::default(),
         start: crate::relay::cursor::ClaimStart::default(),
+        log: Default::default(),
     };
     let settings = DaemonSettings {
         poll_interval: Duration::from_secs(5),
@@ -409,7 +416,7 @@ async fn start_daemon(
     let token = CancellationToken::new();
     let t = token.clone();
     let handle = tokio::spawn(async move {
-        crate::relay::daemon::daemon(&relay, &settings, &t).await;
+        let _ = crate::relay::daemon::daemon(&relay, &settings, &t).await;
         relay.db.close().await;
     });
     // Start producing only once the daemon LISTENs, or the first events wait for a poll tick.

@@ -130,6 +130,7 @@ async fn demo(cfg: &DbConfig, touched: &Cell<bool>) -> anyhow::Result<()> {
         ordering: Default::default(),
         sizing: Default::default(),
         start: crate::relay::cursor::ClaimStart::default(),
+        log: Default::default(),
     };
     let never = CancellationToken::new();
     say("relay --once: the ready events go to stdout; the delayed one waits");

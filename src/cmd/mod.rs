@@ -9,6 +9,7 @@ pub mod demo;
 pub mod doctor;
 pub mod events;
 pub mod grants;
+pub mod logmode;
 pub mod migrate;
 pub mod ordering;
 pub mod prune;

@@ -160,6 +160,12 @@ async fn enable(args: OrderingEnableArgs) -> anyhow::Result<u8> {
     db::ensure_migrated_through(&pool, &cfg, ORDERING_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
     let (index, changed) = with_switch_lock(&mut conn, async |conn| {
+        if db::log::is_on(conn).await? {
+            return Err(CodedError::usage(
+                "log mode is on (`outboxctl log status`): it does not yet keep a key's events behind a retried one; switch it off first (`outboxctl log disable`)",
+            )
+            .into());
+        }
         // The index first: relays take the ordered claim, which walks it, as soon as the row is in.
         let index = ensure_key_index(&pool, json).await?;
         let changed = sql::enable(conn, &types, on_dead, &audit)

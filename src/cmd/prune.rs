@@ -22,7 +22,7 @@ use uuid::Uuid;
 use crate::cli::PruneArgs;
 use crate::config::{self, DbConfig};
 use crate::db;
-use crate::db::prune::{Resume, Table, AUDIT, DEAD, PROCESSED, PUBLISHED};
+use crate::db::prune::{Resume, Table, AUDIT, DEAD, PROCESSED, PUBLISHED, PUBLISHED_BY_LOG};
 use crate::exit::{CodedError, OK};
 use crate::output;
 
@@ -389,6 +389,10 @@ async fn count(
 ) -> anyhow::Result<u64> {
     let n = pin
         .run(conn, async |c| match t {
+            Target::Published if crate::db::log::is_on(c).await? => {
+                Ok(db::prune::count_published(c, cutoff).await?
+                    + db::prune::count_published_by_log(c, cutoff).await?)
+            }
             Target::Published => db::prune::count_published(c, cutoff).await,
             Target::Dead => db::prune::count_dead(c, cutoff).await,
             Target::Processed => db::prune::count_processed(c, cutoff).await,
@@ -484,7 +488,13 @@ async fn prune_locked(
     };
     let mut longest = Duration::ZERO;
     let mut reason = StopReason::Done;
+    // Log mode: the events the log published carry no mark; they follow the marked ones.
+    let log_on = pin
+        .run(conn, async |c| crate::db::log::is_on(c).await)
+        .await?;
     'tables: for (target, cutoff) in plan {
+        let mut by_log = false;
+        let mut from_xid: Option<String> = None;
         let mut from_time: Option<DateTime<Utc>> = None;
         let mut from_tid: Option<String> = None;
         let mut from_id: Option<i64> = None;
@@ -514,6 +524,9 @@ async fn prune_locked(
             let t0 = Instant::now();
             let (c, cutoff) = (&mut *conn, *cutoff);
             let deleted = match target {
+                Target::Published if by_log => {
+                    walk(pin, c, &mut from_xid, &PUBLISHED_BY_LOG, cutoff, n, audit).await
+                }
                 Target::Published => {
                     walk(pin, c, &mut from_time, &PUBLISHED, cutoff, n, audit).await
                 }
@@ -539,6 +552,10 @@ async fn prune_locked(
                 "prune batch"
             );
             if deleted < u64::from(n) {
+                if *target == Target::Published && log_on && !by_log {
+                    by_log = true;
+                    continue;
+                }
                 break; // fewer than a full batch left: this table is done
             }
             if !args.sleep.is_zero() {

@@ -55,34 +55,72 @@ pub async fn build(
         &env,
     )
     .await?;
-    let mode = match args.mode {
+    let failpoint = env("OUTBOXCTL_TEST_FAILPOINT").and_then(|s| Failpoint::parse(&s));
+    // The queue mode the flags and the sink ask for; the switch may say log mode instead, read
+    // on the relay's own session (behind a pooler, through its pin), which is then made again
+    // with log mode's name and depth.
+    let queue_mode = match args.mode {
         RelayMode::Lease => Mode::Lease,
         RelayMode::Tx => Mode::Tx,
-        RelayMode::Auto if sink.batch_within_one_timeout() => Mode::Tx,
-        RelayMode::Auto => Mode::Lease,
+        RelayMode::Auto | RelayMode::Log if sink.batch_within_one_timeout() => Mode::Tx,
+        RelayMode::Auto | RelayMode::Log => Mode::Lease,
     };
-    let failpoint = env("OUTBOXCTL_TEST_FAILPOINT").and_then(|s| Failpoint::parse(&s));
-    // One connection per step in flight (a tx-mode step holds its own), LISTEN, the heartbeat
-    // or due-time query, and /readyz; and one more per step for a tx-mode step that gives rows
-    // back mid-batch and reads their committed errors while holding its own (opened only then:
-    // the pool opens connections lazily).
-    let pipeline_depth = args
-        .pipeline_depth
-        .unwrap_or_else(|| sink.default_pipeline_depth());
-    // Its sessions say what they are (`db::top::relay_application_name`): `top` lists relays by it.
-    let mut cfg = cfg;
-    cfg.options = cfg
-        .options
-        .clone()
-        .application_name(&db::top::relay_application_name(
-            &mode.to_string(),
-            args.once,
-            std::process::id(),
-            cfg.schema.name(),
-        ));
-    let session =
-        db::Session::for_relay(&cfg, 3 + 2 * pipeline_depth, args.async_commit, lease).await?;
+    let cfg_in = cfg;
+    let open = async |mode: Mode| {
+        // Log mode reads its pages one after another (the position moves in order).
+        let pipeline_depth = match mode {
+            Mode::Log => 1,
+            _ => args
+                .pipeline_depth
+                .unwrap_or_else(|| sink.default_pipeline_depth()),
+        };
+        // Its sessions say what they are (`db::top::relay_application_name`): `top` lists
+        // relays by it. One connection per step in flight (a tx-mode step holds its own),
+        // LISTEN, the heartbeat or due-time query, and /readyz; and one more per step for a
+        // tx-mode step that gives rows back mid-batch and reads their committed errors while
+        // holding its own (opened only then: the pool opens connections lazily).
+        let mut cfg = cfg_in.clone();
+        cfg.options = cfg
+            .options
+            .clone()
+            .application_name(&db::top::relay_application_name(
+                &mode.to_string(),
+                args.once,
+                std::process::id(),
+                cfg.schema.name(),
+            ));
+        let session =
+            db::Session::for_relay(&cfg, 3 + 2 * pipeline_depth, args.async_commit, lease).await?;
+        anyhow::Ok((session, cfg, pipeline_depth))
+    };
+    let (mut session, mut cfg, mut pipeline_depth) = open(queue_mode).await?;
     db::ensure_migrated(session.pool(), &cfg).await?;
+    let log_on = session.run(async |c| db::log::is_on(c).await).await?;
+    // The switch decides between log mode and the queue modes (each refuses the other's).
+    let mode = match (args.mode, log_on) {
+        (RelayMode::Log | RelayMode::Auto, true) => Mode::Log,
+        (RelayMode::Log, false) => {
+            return Err(
+                CodedError::usage(crate::relay::log::SwitchError::LogOff.to_string()).into(),
+            )
+        }
+        (RelayMode::Lease | RelayMode::Tx, true) => {
+            let mode = if args.mode == RelayMode::Tx {
+                "tx"
+            } else {
+                "lease"
+            };
+            return Err(CodedError::usage(
+                crate::relay::log::SwitchError::LogOn { mode }.to_string(),
+            )
+            .into());
+        }
+        (_, false) => queue_mode,
+    };
+    if mode == Mode::Log {
+        session.close().await;
+        (session, cfg, pipeline_depth) = open(mode).await?;
+    }
     let relay = Relay {
         db: session,
         sink,
@@ -105,6 +143,7 @@ pub async fn build(
         ordering: Default::default(),
         sizing: Default::default(),
         start: crate::relay::cursor::ClaimStart::default(),
+        log: Default::default(),
     };
     Ok((relay, cfg))
 }
@@ -197,8 +236,15 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
             heartbeat,
             health,
         };
-        crate::relay::daemon::daemon(&relay, &settings, &shutdown).await
+        match crate::relay::daemon::daemon(&relay, &settings, &shutdown).await {
+            Ok(r) => r,
+            Err(e) => {
+                relay.db.close().await;
+                return Err(e.into_db().into());
+            }
+        }
     };
+    relay.release_log().await;
     server_stop.cancel();
     if let Some(server) = server {
         let _ = server.await;
@@ -222,7 +268,7 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
         Some(sink::SinkError::Stalled(e)) => {
             let advice = match relay.cfg.mode {
                 Mode::Tx => "the batch was rolled back and will be relayed again; use --mode lease (no transaction stays open while writing), or a longer --lease and --publish-timeout",
-                Mode::Lease => "the batch was given back and will be relayed again; use a longer --publish-timeout (and --lease)",
+                Mode::Lease | Mode::Log => "the batch was given back and will be relayed again; use a longer --publish-timeout (and --lease)",
             };
             return Err(sink::Error::Stalled {
                 cause: e.clone(),

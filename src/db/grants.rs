@@ -2,8 +2,8 @@
 //!
 //! The table below is the one place this is written: `outboxctl grants` prints (or applies) it,
 //! docs/least-privilege.md describes it, and tests/it/database/grants.rs runs each use's commands
-//! as a role that has only these grants. `migrate` and `ordering enable/disable` (which build and
-//! drop an index) need the schema's owner; `demo` and `bench` make schemas of their own.
+//! as a role that has only these grants. `migrate`, `ordering enable/disable` and `log
+//! enable/disable` (which build and drop an index) need the schema's owner; `demo` and `bench` make schemas of their own.
 
 use sqlx::PgConnection;
 
@@ -74,6 +74,16 @@ pub fn privileges(u: Use) -> &'static [(&'static str, &'static str, &'static str
                 "TABLE outbox_relay_floor",
                 "where `relay --once` runs start (one row)",
             ),
+            (
+                "SELECT, UPDATE",
+                "TABLE outbox_log",
+                "whether log mode is on; in log mode, the reader's lease and position",
+            ),
+            (
+                "SELECT, INSERT, UPDATE, DELETE",
+                "TABLE outbox_log_retry",
+                "log mode's retry set (failed, delayed and handed-over events)",
+            ),
             MIGRATIONS,
         ],
         Use::Operator => &[
@@ -112,6 +122,16 @@ pub fn privileges(u: Use) -> &'static [(&'static str, &'static str, &'static str
                 "TABLE outbox_relay_floor",
                 "a requeue makes the next `relay --once` look below the ordered walk's floor",
             ),
+            (
+                "SELECT",
+                "TABLE outbox_log",
+                "in log mode, which events the log has passed (`prune`, a requeue)",
+            ),
+            (
+                "SELECT, INSERT, UPDATE",
+                "TABLE outbox_log_retry",
+                "in log mode, a requeued or rescheduled event joins the retry set",
+            ),
             MIGRATIONS,
         ],
         Use::Monitor => &[
@@ -123,6 +143,8 @@ pub fn privileges(u: Use) -> &'static [(&'static str, &'static str, &'static str
             ("SELECT", "TABLE outbox_audit", "`doctor`'s last prune"),
             ("SELECT", "TABLE outbox_locks", "`doctor`'s prune lock"),
             ("SELECT", "TABLE outbox_ordering", "blocked keys"),
+            ("SELECT", "TABLE outbox_log", "log mode's switch and position"),
+            ("SELECT", "TABLE outbox_log_retry", "log mode's retry set"),
             (
                 "SELECT",
                 "TABLE processed_messages",

@@ -34,6 +34,8 @@ pub const EDIT_SCHEMA: i64 = 5;
 pub const ORDERING_SCHEMA: i64 = 6;
 /// Migration 12: the audit trail records `replay` runs.
 pub const REPLAY_SCHEMA: i64 = 12;
+/// Log mode's column and tables (`outboxctl log`).
+pub const LOG_SCHEMA: i64 = 14;
 
 /// Where one migration stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -350,7 +352,7 @@ const PROCESSED_COLUMNS: [ColumnSpec; 3] = [
 ];
 
 /// Columns a later migration adds to `outbox`: an existing one would make that migration fail.
-const LATER_COLUMNS: [(&str, i64); 1] = [("claim_token", 2)];
+const LATER_COLUMNS: [(&str, i64); 2] = [("claim_token", 2), ("xid", 14)];
 
 /// The claim's partial index, as `pg_get_indexdef` prints it after `USING `.
 const READY_INDEX: (&str, &str) = (

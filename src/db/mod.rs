@@ -39,6 +39,7 @@ mod error;
 pub mod events;
 pub mod floor;
 pub mod grants;
+pub mod log;
 pub mod metrics;
 pub mod migrate;
 pub mod ordering;

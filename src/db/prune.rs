@@ -83,8 +83,9 @@ pub async fn count_processed(conn: &mut PgConnection, cutoff: DateTime<Utc>) -> 
 }
 
 /// Every batch statement, by name (for EXPLAIN in tests): each deletes by `ctid = ANY(ARRAY(..))`.
-pub const BATCH_STATEMENTS: [(&str, &str); 4] = [
+pub const BATCH_STATEMENTS: [(&str, &str); 5] = [
     (PUBLISHED.name, PUBLISHED.sql),
+    ("published_by_log", PUBLISHED_BY_LOG.sql),
     (DEAD.name, DEAD.sql),
     (PROCESSED.name, PROCESSED.sql),
     (AUDIT.name, AUDIT.sql),
@@ -225,6 +226,59 @@ pub const DELETE_PUBLISHED: &str = delete_outbox_before!("published_at", "");
 
 /// Events published before the cutoff, oldest first. Reads a range of `outbox_published_at_idx`.
 pub const PUBLISHED: Table<DateTime<Utc>> = Table::new("published", DELETE_PUBLISHED);
+
+/// Log mode (migration 14): an event the log has published is one its position has passed
+/// (`xid` below the position's xmin: committed and visible in it) that queue mode did not
+/// leave (not visible in the switch's snapshot), that is not waiting in the retry set, and that
+/// carries no mark (`published_at` or `dead_lettered_at`: those go by [`PUBLISHED`] and
+/// [`DEAD`]). It has no publication time, so retention goes by `created_at`. Oldest transaction
+/// first, through `outbox_xid_idx`; a batch resumes at the last transaction id it deleted.
+macro_rules! passed_by_log {
+    () => {
+        "xid < pg_snapshot_xmin(l.position) AND NOT pg_visible_in_snapshot(xid, l.switched)
+                AND created_at < $1 AND published_at IS NULL AND dead_lettered_at IS NULL
+                AND NOT EXISTS (SELECT FROM outbox_log_retry r WHERE r.id = outbox.id)"
+    };
+}
+
+/// [`PUBLISHED_BY_LOG`]'s statement.
+pub const DELETE_PUBLISHED_BY_LOG: &str = concat!(
+    "WITH d AS (
+         DELETE FROM outbox
+          WHERE ctid = ANY(ARRAY(
+                    SELECT outbox.ctid FROM outbox, outbox_log l
+                     WHERE ",
+    passed_by_log!(),
+    "
+                       AND xid >= coalesce($2::xid8, '0'::xid8)
+                     ORDER BY xid
+                     LIMIT $3))
+            AND (EXISTS (SELECT FROM outbox_log l WHERE ",
+    passed_by_log!(),
+    ")) IS TRUE
+         RETURNING xid
+     ), n AS (SELECT count(*) AS n, max(xid)::text AS next FROM d)",
+    prune_audit_tail!()
+);
+
+/// Events the log published, created before the cutoff (log mode): counted under `published`.
+pub const PUBLISHED_BY_LOG: Table<String> = Table::new("published", DELETE_PUBLISHED_BY_LOG);
+
+/// Events the log published, created before `cutoff`, while log mode is on.
+pub async fn count_published_by_log(
+    conn: &mut PgConnection,
+    cutoff: DateTime<Utc>,
+) -> sqlx::Result<i64> {
+    count(
+        conn,
+        concat!(
+            "SELECT count(*) FROM outbox, outbox_log l WHERE ",
+            passed_by_log!()
+        ),
+        cutoff,
+    )
+    .await
+}
 
 /// [`DEAD`]'s statement.
 pub const DELETE_DEAD: &str = delete_outbox_before!(

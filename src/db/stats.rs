@@ -75,8 +75,21 @@ pub fn statements(by: GroupBy) -> [(&'static str, String); 3] {
     ]
 }
 
+/// Pending rows by group. While log mode is on, an event the log has passed is pending only
+/// while it waits in the retry set (`db::log::PENDING`).
 pub async fn pending(conn: &mut PgConnection, by: GroupBy) -> sqlx::Result<Vec<PendingRow>> {
-    sqlx::query_as(&pending_sql(by)).fetch_all(conn).await
+    let sql = if super::log::is_on(conn).await? {
+        pending_sql(by).replace(
+            "WHERE published_at IS NULL AND dead_lettered_at IS NULL",
+            &format!(
+                "WHERE published_at IS NULL AND dead_lettered_at IS NULL AND {}",
+                super::log::PENDING
+            ),
+        )
+    } else {
+        pending_sql(by)
+    };
+    sqlx::query_as(&sql).fetch_all(conn).await
 }
 
 /// Pending rows (the partial `outbox_ready_idx`), split into ready, scheduled and leased; plus
@@ -97,7 +110,7 @@ pub fn pending_sql(by: GroupBy) -> String {
                 min(available_at) FILTER (WHERE NOT {due} AND {free}) AS next_due_at,
                 min(created_at) AS oldest_pending_created_at,
                 min({late}) AS late_since
-           FROM outbox
+           FROM outbox o
           WHERE published_at IS NULL AND dead_lettered_at IS NULL
           GROUP BY {group}",
         key = by.expr(),

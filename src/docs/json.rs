@@ -25,6 +25,7 @@ pub fn outputs() -> Vec<Output> {
         cmd::requeue::json_outputs(),
         cmd::replay::json_outputs(),
         cmd::ordering::json_outputs(),
+        cmd::logmode::json_outputs(),
         cmd::events::json_outputs(),
         cmd::events::edit::json_outputs(),
         cmd::prune::json_outputs(),

@@ -180,7 +180,7 @@ pub async fn daemon(
     relay: &Relay,
     settings: &DaemonSettings,
     shutdown: &CancellationToken,
-) -> Report {
+) -> Result<Report, StepError> {
     let mut flavour = DaemonRun {
         settings,
         listener: None,
@@ -191,7 +191,11 @@ pub async fn daemon(
         // it), plus the shutdown grace; Health's margin covers the statements around it.
         step_bound: relay.cfg.lease + relay.cfg.shutdown_grace,
     };
-    run(relay, &mut flavour, shutdown).await.total
+    let ended = run(relay, &mut flavour, shutdown).await;
+    match ended.error {
+        Some(e) => Err(e),
+        None => Ok(ended.total),
+    }
 }
 
 /// What the loop keeps whichever its configuration.
@@ -579,6 +583,11 @@ impl Flavour for DaemonRun<'_> {
     }
 
     fn step_failed(&mut self, turn: &mut Turn, e: StepError) {
+        // The log switch is not where this relay's mode needs it: waiting would not help.
+        if super::log::SwitchError::of(e.db()).is_some() {
+            turn.end.get_or_insert(Err(e));
+            return;
+        }
         let wait = turn.backoff.next();
         step_failed(&e, wait);
         if e.db().as_database_error().is_none() {
@@ -600,7 +609,10 @@ async fn idle(
 ) {
     let due = relay
         .db
-        .run(async |c| crate::db::relay::next_due_in(c).await)
+        .run(async |c| match relay.cfg.mode {
+            super::Mode::Log => crate::db::log::next_due_in(c).await,
+            _ => crate::db::relay::next_due_in(c).await,
+        })
         .await
         .ok()
         .flatten();
@@ -718,7 +730,10 @@ impl Circuit {
 async fn heartbeat(relay: &Relay, since: &Report, interval: Duration) {
     let figures = relay
         .db
-        .run(async |c| crate::db::relay::backlog(c).await)
+        .run(async |c| match relay.cfg.mode {
+            super::Mode::Log => crate::db::log::backlog(c).await,
+            _ => crate::db::relay::backlog(c).await,
+        })
         .await;
     RelayEvent::Heartbeat(Heartbeat {
         figures: figures.map_err(|e| e.to_string()),

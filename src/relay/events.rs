@@ -82,6 +82,13 @@ pub enum RelayEvent {
     /// The relay read a changed `outbox_ordering` (or, at its first claim, found ordering on):
     /// from this claim on it orders these aggregate types (`all`: every type; neither: none).
     OrderingChanged { all: bool, types: Vec<String> },
+    /// Log mode: this relay took the reader's lease (`fence`: raised at each take-over).
+    LogReaderTaken { fence: i64 },
+    /// Log mode: another relay (`holder`) reads the log; this one stands by until its lease
+    /// lapses.
+    LogStandby { holder: Uuid },
+    /// Log mode: what queue mode left pending at the switch was moved to the retry set.
+    LogHandedOver { events: u64 },
     /// First SIGTERM/SIGINT.
     ShutdownRequested,
     /// Second SIGTERM/SIGINT: the process exits at once.
@@ -229,6 +236,18 @@ impl RelayEvent {
                     (false, true) => "off".to_owned(),
                     (false, false) => format!("on for {}", types.join(", ")),
                 }
+            ),
+            RelayEvent::LogReaderTaken { fence } => tracing::info!(
+                fence,
+                "log mode: this relay reads the log (reader's lease taken)"
+            ),
+            RelayEvent::LogStandby { holder } => tracing::info!(
+                holder = %holder,
+                "log mode: another relay reads the log; standing by until its lease lapses"
+            ),
+            RelayEvent::LogHandedOver { events } => tracing::info!(
+                events,
+                "log mode: events queue mode left pending moved to the retry set"
             ),
             RelayEvent::LeaseLost { rows, claim_token } => tracing::warn!(
                 lease_lost = rows,
@@ -395,6 +414,7 @@ impl std::fmt::Display for Mode {
         f.write_str(match self {
             Mode::Lease => "lease",
             Mode::Tx => "tx",
+            Mode::Log => "log",
         })
     }
 }

@@ -9,6 +9,10 @@
 //!   for sinks that publish a whole batch within one `--publish-timeout` (local ones, Redis,
 //!   Kafka: `Sink::batch_within_one_timeout`).
 //!
+//! - **log**: while `outboxctl log enable` is on, one relay reads the outbox as a log, batch by
+//!   batch between two transaction-id snapshots, and records its position once per page
+//!   ([`log`]); failed and delayed events go to a retry set. No write per published event.
+//!
 //! [`replay`] sends published events again through the same sinks, changing nothing.
 //!
 //! The loops may keep several steps in flight at once ([`pipeline`], `--pipeline-depth`): the next
@@ -18,6 +22,7 @@ pub mod cursor;
 pub mod daemon;
 pub mod endpoints;
 pub mod events;
+pub mod log;
 pub mod metrics;
 pub mod ordering;
 pub mod pipeline;
@@ -42,11 +47,12 @@ pub const DEFAULT_BATCH_BYTES: u64 = 16 << 20;
 pub enum Mode {
     Lease,
     Tx,
+    Log,
 }
 
 impl Mode {
     /// Every mode, e.g. for the metrics reference's `mode` label.
-    pub const ALL: &[Mode] = &[Mode::Lease, Mode::Tx];
+    pub const ALL: &[Mode] = &[Mode::Lease, Mode::Tx, Mode::Log];
 }
 
 /// Capped exponential backoff with jitter: attempt n waits `base * 2^(n-1)`, capped at `max`,

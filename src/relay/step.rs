@@ -38,6 +38,9 @@ impl Failpoint {
     }
 }
 
+/// The queue claims' filter while both log mode's guard and ordering apply.
+static NOT_LOG_NOT_ORDERED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// [`Failpoint::LoseClaimReply`] fires once per process.
 static CLAIM_REPLY_LOST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -88,6 +91,8 @@ pub struct Relay {
     pub sizing: NextSizing,
     /// Where the next unordered claim starts ([`crate::relay::cursor`]).
     pub start: crate::relay::cursor::ClaimStart,
+    /// Log mode's reader ([`crate::relay::log`]), and the queue modes' watch on the switch.
+    pub log: crate::relay::log::LogReader,
 }
 
 /// Which [`sql::Sizing`] the next claim uses: [`sql::Sizing::Share`] (the cheap one) unless the
@@ -131,9 +136,9 @@ fn next_sizing(limit: sql::BatchLimit, claim: &sql::Claim) -> sql::Sizing {
 }
 
 /// One step's settings: at most `limit` rows, published under `ctl`, the claim said to `claimed`.
-struct StepOf<'a> {
-    limit: i64,
-    ctl: PublishCtl,
+pub(super) struct StepOf<'a> {
+    pub(super) limit: i64,
+    pub(super) ctl: PublishCtl,
     claimed: &'a (dyn Fn(ClaimNotice) + Sync),
     /// The least id of the ordered rows its claim took (`i64::MAX`: none).
     ordered_min: std::sync::atomic::AtomicI64,
@@ -161,12 +166,12 @@ enum ClaimMode {
 
 /// What a step claimed: the unordered rows first, the ordered ones (sorted by key, then id) from
 /// `ordered_from` on.
-struct Claimed {
-    rows: Vec<ClaimedRow>,
-    ordered_from: usize,
-    budget_reached: bool,
+pub(super) struct Claimed {
+    pub(super) rows: Vec<ClaimedRow>,
+    pub(super) ordered_from: usize,
+    pub(super) budget_reached: bool,
     /// The switch changed since the last claim.
-    event: Option<RelayEvent>,
+    pub(super) event: Option<RelayEvent>,
 }
 
 impl Claimed {
@@ -227,6 +232,7 @@ impl Relay {
         let result = match self.cfg.mode {
             Mode::Lease => self.step_lease(&step).await,
             Mode::Tx => self.step_tx(&step).await,
+            Mode::Log => self.step_log(&step).await,
         };
         // Rows this step gave back (an outage, shutdown, a rollback, a lost claim) keep their
         // `available_at`, behind the claim cursor: the next claim starts at the start, so they
@@ -414,7 +420,7 @@ impl Relay {
     /// outcomes. Returns the report so far (the claim's counts, the publish's duration, what
     /// [`Self::sort_outcomes`] counts) and, unless the claim took nothing, the rows and their
     /// outcomes to settle.
-    async fn publish_claimed(
+    pub(super) async fn publish_claimed(
         &self,
         claim: Claimed,
         step: &StepOf<'_>,
@@ -541,12 +547,15 @@ impl Relay {
         mode: ClaimMode,
     ) -> sqlx::Result<Claimed> {
         let limit = step.limit;
+        self.log.refuse_queue_claims(conn).await?;
         let (ordering, event) = self.ordering.current(conn).await?;
         let limit = self.limit(limit);
-        let filter = if ordering.is_active() {
-            ordered_sql::NOT_ORDERED
-        } else {
-            ""
+        let filter = match (self.log.guarded(), ordering.is_active()) {
+            (false, false) => "",
+            (false, true) => ordered_sql::NOT_ORDERED,
+            (true, false) => crate::db::log::NOT_LOG,
+            (true, true) => NOT_LOG_NOT_ORDERED
+                .get_or_init(|| format!("{}{}", crate::db::log::NOT_LOG, ordered_sql::NOT_ORDERED)),
         };
         let mut unordered = sql::Claim::default();
         let mut again = false;
@@ -759,7 +768,7 @@ impl PendingSettle {
     }
 }
 
-fn dead_lettered(types: &HashMap<i64, (String, i32)>, f: &Failure) -> RelayEvent {
+pub(super) fn dead_lettered(types: &HashMap<i64, (String, i32)>, f: &Failure) -> RelayEvent {
     let (event_type, attempts) = types.get(&f.id).cloned().unwrap_or_default();
     RelayEvent::DeadLettered {
         id: f.id,
@@ -770,7 +779,10 @@ fn dead_lettered(types: &HashMap<i64, (String, i32)>, f: &Failure) -> RelayEvent
 }
 
 /// The event type and attempt count of each row about to be dead-lettered, for its WARN line.
-fn dead_event_types(rows: &[ClaimedRow], sorted: &Settle) -> HashMap<i64, (String, i32)> {
+pub(super) fn dead_event_types(
+    rows: &[ClaimedRow],
+    sorted: &Settle,
+) -> HashMap<i64, (String, i32)> {
     let dead: HashSet<i64> = sorted
         .failures
         .iter()

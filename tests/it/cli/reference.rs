@@ -382,6 +382,9 @@ async fn every_documented_json_output_matches_its_schema() {
         "disable",
         "--json"
     );
+    json!("log enable --json", &[0], "log", "enable", "--json");
+    json!("log status --json", &[0], "log", "status", "--json");
+    json!("log enable --json", &[0], "log", "disable", "--json");
 
     json!(
         "prune --json",

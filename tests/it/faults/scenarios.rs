@@ -1872,6 +1872,85 @@ async fn behind_pgbouncer_in_transaction_pooling() {
     drop(bouncer);
 }
 
+/// Log mode behind PgBouncer in transaction pooling: two relays (`--pooler transaction`, mode
+/// auto, so log mode) through the pooler, one reading and one standing by, deliver every event
+/// exactly once to a file; `log enable` (a session lock, an index built concurrently) is refused
+/// through it before it connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_mode_behind_pgbouncer_in_transaction_pooling() {
+    let own = OwnDatabase::create().await;
+    let db = TestDb::new_at(&own.direct_url()).await;
+    let bouncer = PgBouncer::start(
+        crate::support::port(18706),
+        "obx",
+        &own.name,
+        "transaction",
+        "default_pool_size = 3",
+    );
+    let url = format!("postgres://postgres@127.0.0.1:{}/obx", bouncer.port);
+    let refused = db
+        .cmd()
+        .env("DATABASE_URL", &url)
+        .env("OUTBOXCTL_POOLER", "transaction")
+        .args(["log", "enable"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(err.contains("--pooler transaction"), "{err}");
+    crate::support::run(&db, &["log", "enable"], 0);
+    let dir = tempfile::tempdir().unwrap();
+    let paths = [dir.path().join("a.jsonl"), dir.path().join("b.jsonl")];
+    let mut children: Vec<Child> = paths
+        .iter()
+        .map(|p| {
+            db.cmd()
+                .env("DATABASE_URL", &url)
+                .env("OUTBOXCTL_POOLER", "transaction")
+                .args(["relay", "--batch-size", "50", "--poll-interval", "100ms"])
+                .arg("--sink")
+                .arg(format!("file:{}", p.display()))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for round in 0..4 {
+        db.exec(&format!(
+            "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+             SELECT '00000000-0000-0000-0000-000000000001', 'order', 'o-' || g, 'e', '{{}}', 'r{round}-' || g
+               FROM generate_series(1, 250) g"
+        ))
+        .await;
+    }
+    let all = || {
+        let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+        crate::support::deliveries(&refs)
+    };
+    wait_until(Duration::from_secs(60), "every event delivered", || async {
+        all().len() == 1000
+    })
+    .await;
+    for c in &children {
+        assert!(
+            crate::support::server_ports(c).contains(&i32::from(bouncer.port)),
+            "a relay went around the pooler"
+        );
+    }
+    for c in &mut children {
+        signal(c, "TERM");
+        assert!(c.wait().unwrap().success());
+    }
+    let seen = all();
+    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    assert_eq!(
+        db.count("published_at IS NOT NULL").await,
+        0,
+        "the log marks nothing"
+    );
+}
+
 /// `--pooler session` behind PgBouncer in session pooling with its default settings (no
 /// `ignore_startup_parameters`) and no search_path on the server: outboxctl sends no startup
 /// parameter the pooler refuses and sets the schema on each connection, so relay, stats and

@@ -695,7 +695,7 @@ async fn every_batch_statement_deletes_by_tid_whatever_the_statistics_say() {
         set_eligible(&db, now).await;
         for (table, sql) in outboxctl::db::prune::BATCH_STATEMENTS {
             let relation = match table {
-                "published" | "dead" => "outbox",
+                "published" | "published_by_log" | "dead" => "outbox",
                 "audit" => "outbox_audit",
                 other => other,
             };

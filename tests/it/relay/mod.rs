@@ -2,6 +2,7 @@
 //! real binary, ordered delivery per key, the pipeline of steps in flight, memory bounds, its
 //! metrics endpoints and its logs.
 
+mod log_mode;
 mod logs;
 mod memory;
 mod metrics;

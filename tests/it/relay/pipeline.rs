@@ -98,6 +98,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, depth: u32) -> Rela
         ordering: Default::default(),
         sizing: Default::default(),
         start: outboxctl::relay::cursor::ClaimStart::default(),
+        log: Default::default(),
     }
 }
 
@@ -134,6 +135,7 @@ async fn open_claim_rows(db: &TestDb, mode: Mode) -> i64 {
             )
             .await
         }
+        Mode::Log => unreachable!("log mode claims no rows: it reads pages"),
     }
 }
 
@@ -311,10 +313,11 @@ async fn shutdown_with_two_batches_in_flight_settles_both() {
         let r = relay(&db, sink.clone(), mode, 2).await;
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
-        let run =
-            tokio::spawn(
-                async move { outboxctl::relay::daemon::daemon(&r, &settings(), &stop).await },
-            );
+        let run = tokio::spawn(async move {
+            outboxctl::relay::daemon::daemon(&r, &settings(), &stop)
+                .await
+                .expect("the daemon ends well")
+        });
         wait_until(
             Duration::from_secs(20),
             "two batches in the sink",
@@ -351,10 +354,11 @@ async fn an_open_circuit_probes_one_step_at_a_time() {
         let r = relay(&db, sink.clone(), mode, 2).await;
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
-        let run =
-            tokio::spawn(
-                async move { outboxctl::relay::daemon::daemon(&r, &settings(), &stop).await },
-            );
+        let run = tokio::spawn(async move {
+            outboxctl::relay::daemon::daemon(&r, &settings(), &stop)
+                .await
+                .expect("the daemon ends well")
+        });
         wait_until(Duration::from_secs(20), "six probes", || async {
             sink.calls().iter().filter(|c| c.0 < BATCH as usize).count() >= 6
         })

@@ -47,6 +47,7 @@ async fn relay(db: &TestDb, sink: Arc<dyn Sink>, mode: Mode, max_attempts: u32) 
         ordering: Default::default(),
         sizing: Default::default(),
         start: outboxctl::relay::cursor::ClaimStart::default(),
+        log: Default::default(),
     }
 }
 

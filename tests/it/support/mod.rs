@@ -17,6 +17,20 @@ pub use relay::*;
 use std::io::Write;
 use std::process::Stdio;
 
+/// How many migrations the binary embeds (the tests that print or count them say this, not a
+/// number of their own).
+pub fn migrations() -> usize {
+    outboxctl::db::migrate::MIGRATOR.iter().count()
+}
+
+/// `1, 2, ..., n` for every embedded migration, as `migrate` lists them.
+pub fn migration_list() -> String {
+    (1..=migrations())
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Polls `check` every 20 ms until it returns true or `timeout` passes (then panics with `what`).
 /// For waiting on an observable outcome of another process, not as a fixed sleep.
 pub async fn wait_until<F, Fut>(timeout: std::time::Duration, what: &str, mut check: F)

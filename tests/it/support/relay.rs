@@ -115,6 +115,7 @@ pub fn mode_flag(mode: Mode) -> &'static str {
     match mode {
         Mode::Lease => "lease",
         Mode::Tx => "tx",
+        Mode::Log => "log",
     }
 }
 

@@ -1,0 +1,728 @@
+//! Log mode's statements (migration 14): the switch, the reader's lease and position, a page of
+//! the log between two snapshots, the retry set, and the settle that moves the position.
+//!
+//! A batch is PgQ's: the events whose transaction is visible in the newer snapshot (`hi`) and
+//! not in the older one (`lo`, the position). They are read in (xid, id) order from two ranges
+//! of `outbox_xid_idx`: the transactions that were running at `lo` (its xip list, by exact id)
+//! and those that began between `lo`'s xmax and `hi`'s. A transaction still running at `hi` is
+//! not visible in it: its events come in a later batch, after it commits, and it holds nothing
+//! up meanwhile. A batch larger than a page is read page by page (`window_to`, `after_xid`,
+//! `after_id`): one row write per page, none per event.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use super::audit::Audit;
+use super::relay::{jsonb_size, ClaimedRow, Failure};
+
+/// The index the reader's pages walk, built by `log enable`.
+pub const XID_INDEX: &str = "outbox_xid_idx";
+
+/// Session-level advisory lock class of the switch (per schema), held by `enable` and
+/// `disable` across their row change and index DDL.
+const SWITCH_LOCK_CLASS: i32 = 0x6f62_780e; // "obx" + 14
+
+/// Whether the schema has migration 14 (the table is missing before it).
+pub async fn migrated(conn: &mut PgConnection) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT to_regclass('outbox_log') IS NOT NULL")
+        .persistent(true)
+        .fetch_one(conn)
+        .await
+}
+
+/// Whether log mode is switched on (false before migration 14).
+pub async fn is_on(conn: &mut PgConnection) -> sqlx::Result<bool> {
+    if !migrated(conn).await? {
+        return Ok(false);
+    }
+    sqlx::query_scalar("SELECT EXISTS (SELECT FROM outbox_log)")
+        .persistent(true)
+        .fetch_one(conn)
+        .await
+}
+
+/// Tries to take the switch's lock (a try, not a wait: see `ordering::try_lock_switch`).
+pub async fn try_lock_switch(conn: &mut PgConnection) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext(current_schema()))")
+        .bind(SWITCH_LOCK_CLASS)
+        .fetch_one(conn)
+        .await
+}
+
+pub async fn unlock_switch(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_unlock($1, hashtext(current_schema()))")
+        .bind(SWITCH_LOCK_CLASS)
+        .fetch_one(conn)
+        .await
+        .map(drop)
+}
+
+/// Whether the xid index exists, and if so whether it is usable.
+pub async fn xid_index(conn: &mut PgConnection) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar(
+        "SELECT i.indisvalid AND i.indisready FROM pg_index i
+          WHERE i.indexrelid = to_regclass('outbox_xid_idx')",
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Builds the xid index without blocking producers (`CONCURRENTLY`: it waits for the
+/// transactions already writing the outbox). Rows written before migration 14 have no xid and
+/// are left out.
+pub async fn create_xid_index(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::raw_sql(
+        "CREATE INDEX CONCURRENTLY outbox_xid_idx ON outbox (xid, id) WHERE xid IS NOT NULL",
+    )
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+pub async fn drop_xid_index(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::raw_sql("DROP INDEX CONCURRENTLY IF EXISTS outbox_xid_idx")
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Switches log mode on (the row, with an audit row): `false` when it already was. From this
+/// commit on, no queue-mode claim takes a row ([`NOT_LOG`]). The position is set apart, by
+/// [`seal`], once this has committed.
+pub async fn switch_on(conn: &mut PgConnection, audit: &Audit) -> sqlx::Result<bool> {
+    let n: i64 = sqlx::query_scalar(
+        "WITH on_ AS (
+           INSERT INTO outbox_log (enabled_by) VALUES ($1)
+           ON CONFLICT (singleton) DO NOTHING
+           RETURNING 1
+         ), a AS (
+           INSERT INTO outbox_audit (action, actor, reason, details)
+           SELECT 'log', $1, $2, jsonb_build_object('enabled', true) FROM on_
+         )
+         SELECT count(*) FROM on_",
+    )
+    .bind(&audit.actor)
+    .bind(audit.reason.as_deref())
+    .fetch_one(conn)
+    .await?;
+    Ok(n > 0)
+}
+
+/// Takes the switch's snapshot and the log's first position, once, after the switch committed:
+/// every queue-mode claim whose statement could still take a row began before that commit, so
+/// what it can see is visible in this later snapshot, and belongs to queue mode's part (handed
+/// over to the retry set by the first reader). The largest id is read in the same statement, so
+/// in the same snapshot.
+pub async fn seal(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE outbox_log
+            SET switched = s.snap, position = s.snap, switched_id = coalesce(s.max_id, 0)
+           FROM (SELECT pg_current_snapshot() AS snap, (SELECT max(id) FROM outbox) AS max_id) s
+          WHERE switched IS NULL",
+    )
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// Condition that keeps a queue-mode claim off the outbox while log mode is on (an uncorrelated
+/// subquery: one probe of a one-row table per claim, evaluated once).
+pub const NOT_LOG: &str = "NOT EXISTS (SELECT FROM outbox_log) AND ";
+
+/// Whether an event `o` has been passed by the log whose row is `l`: written after the switch,
+/// and visible in the position, or in the window being read up to its last passed event.
+macro_rules! passed {
+    () => {
+        "(o.xid IS NOT NULL AND NOT pg_visible_in_snapshot(o.xid, l.switched)
+   AND (pg_visible_in_snapshot(o.xid, l.position)
+        OR (l.window_to IS NOT NULL AND pg_visible_in_snapshot(o.xid, l.window_to)
+            AND (o.xid, o.id) <= (l.after_xid, l.after_id))))"
+    };
+}
+
+const PASSED: &str = passed!();
+
+/// Whether a row `o` of `outbox` is still to be published while log mode is on: not passed by
+/// the log, or passed and waiting in the retry set. For the figures of `stats` and the like.
+pub const PENDING: &str = concat!(
+    "(NOT EXISTS (SELECT FROM outbox_log l WHERE ",
+    passed!(),
+    ") OR EXISTS (SELECT FROM outbox_log_retry r WHERE r.id = o.id))"
+);
+
+/// Switches log mode off, handing the outbox back to queue mode exactly at the position: the
+/// events the log passed and published are marked published (one UPDATE over them: a per-row
+/// write, once), those waiting in the retry set are pending again at their due time, those not
+/// yet read are pending as they are. Waits for a reader's settle in progress (the row lock);
+/// a reader that settles after this finds no row and changes nothing. `None` when it was off.
+pub async fn switch_off(conn: &mut PgConnection, audit: &Audit) -> sqlx::Result<Option<u64>> {
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let on: Option<bool> =
+        sqlx::query_scalar("SELECT position IS NOT NULL FROM outbox_log FOR UPDATE")
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some(sealed) = on else {
+        return Ok(None);
+    };
+    let marked = if sealed {
+        sqlx::query(&format!(
+            "UPDATE outbox o SET published_at = now()
+               FROM outbox_log l
+              WHERE o.published_at IS NULL AND o.dead_lettered_at IS NULL AND {PASSED}
+                AND NOT EXISTS (SELECT FROM outbox_log_retry r WHERE r.id = o.id)"
+        ))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+    } else {
+        0
+    };
+    sqlx::query(
+        "UPDATE outbox o SET available_at = r.available_at
+           FROM outbox_log_retry r
+          WHERE o.id = r.id AND o.published_at IS NULL AND o.dead_lettered_at IS NULL",
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM outbox_log_retry")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "WITH d AS (DELETE FROM outbox_log RETURNING 1)
+         INSERT INTO outbox_audit (action, actor, reason, details)
+         SELECT 'log', $1, $2, jsonb_build_object('enabled', false, 'marked_published', $3::bigint)
+           FROM d",
+    )
+    .bind(&audit.actor)
+    .bind(audit.reason.as_deref())
+    .bind(i64::try_from(marked).unwrap_or(i64::MAX))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(marked))
+}
+
+/// `log status`: the switch, the position and the reader.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Status {
+    /// Whether log mode is on.
+    pub enabled: bool,
+    pub enabled_at: Option<DateTime<Utc>>,
+    pub enabled_by: Option<String>,
+    /// The snapshot the log has been read up to (`xmin:xmax:xip,…`).
+    pub position: Option<String>,
+    /// The batch being read, page by page, when one is.
+    pub window_to: Option<String>,
+    /// The relay holding the reader's lease, and until when.
+    pub holder: Option<Uuid>,
+    pub lease_until: Option<DateTime<Utc>>,
+    /// Raised each time another relay takes the lease over.
+    pub fence: i64,
+    /// Pages settled since the switch.
+    pub batches: i64,
+    pub read_at: Option<DateTime<Utc>>,
+    /// Whether what queue mode left at the switch has been moved to the retry set.
+    pub handed_over: bool,
+    /// Events the log passed that wait for a retry, a due time, or a hand-over.
+    pub retrying: i64,
+    /// Of those, due now.
+    pub retrying_due: i64,
+    /// Events written after the switch and not yet passed by the log (an estimate only when the
+    /// log is far behind: counted through the xid index, at most 1,000,000).
+    pub behind: i64,
+}
+
+pub async fn status(conn: &mut PgConnection) -> sqlx::Result<Status> {
+    let on = is_on(conn).await?;
+    if !on {
+        return Ok(Status {
+            enabled: false,
+            enabled_at: None,
+            enabled_by: None,
+            position: None,
+            window_to: None,
+            holder: None,
+            lease_until: None,
+            fence: 0,
+            batches: 0,
+            read_at: None,
+            handed_over: false,
+            retrying: 0,
+            retrying_due: 0,
+            behind: 0,
+        });
+    }
+    let row = sqlx::query(&format!(
+        "SELECT l.enabled_at, l.enabled_by, l.position::text AS position,
+                l.window_to::text AS window_to, l.holder,
+                CASE WHEN l.lease_until > now() THEN l.lease_until END AS lease_until,
+                l.fence, l.batches, l.read_at, l.handed_over,
+                (SELECT count(*) FROM outbox_log_retry) AS retrying,
+                (SELECT count(*) FROM outbox_log_retry WHERE available_at <= now()) AS retrying_due,
+                CASE WHEN l.position IS NULL THEN 0 ELSE
+                  (SELECT count(*) FROM (SELECT 1 FROM outbox o
+                    WHERE o.xid >= pg_snapshot_xmin(l.position) AND NOT {PASSED}
+                      AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
+                    LIMIT 1000000) b) END AS behind
+           FROM outbox_log l"
+    ))
+    .fetch_one(conn)
+    .await?;
+    Ok(Status {
+        enabled: true,
+        enabled_at: row.try_get("enabled_at")?,
+        enabled_by: row.try_get("enabled_by")?,
+        position: row.try_get("position")?,
+        window_to: row.try_get("window_to")?,
+        holder: row.try_get("holder")?,
+        lease_until: row.try_get("lease_until")?,
+        fence: row.try_get("fence")?,
+        batches: row.try_get("batches")?,
+        read_at: row.try_get("read_at")?,
+        handed_over: row.try_get("handed_over")?,
+        retrying: row.try_get("retrying")?,
+        retrying_due: row.try_get("retrying_due")?,
+        behind: row.try_get("behind")?,
+    })
+}
+
+/// The reader's view of the log row, as its lease returned it.
+#[derive(Debug, Clone)]
+pub struct Reader {
+    pub fence: i64,
+    pub position: String,
+    pub window_to: Option<String>,
+    pub after: Option<(String, i64)>,
+    pub handed_over: bool,
+}
+
+/// What taking the reader's lease found.
+#[derive(Debug, Clone)]
+pub enum Take {
+    /// Log mode is off.
+    Off,
+    /// Switched on, its position not yet taken ([`seal`]).
+    Unsealed,
+    /// Another relay holds the lease.
+    Standby { holder: Uuid, until: DateTime<Utc> },
+    /// Ours, until now() + the lease.
+    Held(Reader),
+}
+
+/// Takes (or renews) the reader's lease for `me`: free, lapsed or already ours. A relay that
+/// takes it from another raises the fence, so the other's later settles change nothing.
+pub async fn take(conn: &mut PgConnection, me: Uuid, lease: Duration) -> sqlx::Result<Take> {
+    let micros = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
+    let row = sqlx::query(
+        "UPDATE outbox_log
+            SET fence = fence + (holder IS DISTINCT FROM $1)::int, holder = $1,
+                lease_until = now() + $2 * interval '1 microsecond'
+          WHERE position IS NOT NULL
+            AND (holder = $1 OR holder IS NULL OR lease_until < now())
+          RETURNING fence, position::text AS position, window_to::text AS window_to,
+                    after_xid::text AS after_xid, after_id, handed_over",
+    )
+    .bind(me)
+    .bind(micros)
+    .persistent(true)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(row) = row {
+        let after_xid: Option<String> = row.try_get("after_xid")?;
+        let after_id: Option<i64> = row.try_get("after_id")?;
+        return Ok(Take::Held(Reader {
+            fence: row.try_get("fence")?,
+            position: row.try_get("position")?,
+            window_to: row.try_get("window_to")?,
+            after: after_xid.zip(after_id),
+            handed_over: row.try_get("handed_over")?,
+        }));
+    }
+    let row =
+        sqlx::query("SELECT position IS NULL AS unsealed, holder, lease_until FROM outbox_log")
+            .fetch_optional(conn)
+            .await?;
+    Ok(match row {
+        None => Take::Off,
+        Some(r) if r.try_get::<bool, _>("unsealed")? => Take::Unsealed,
+        Some(r) => Take::Standby {
+            holder: r.try_get::<Option<Uuid>, _>("holder")?.unwrap_or_default(),
+            until: r
+                .try_get::<Option<DateTime<Utc>>, _>("lease_until")?
+                .unwrap_or_else(Utc::now),
+        },
+    })
+}
+
+/// Gives the lease up (at shutdown), so a standby takes over at once.
+pub async fn release(conn: &mut PgConnection, me: Uuid, fence: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE outbox_log SET holder = NULL, lease_until = NULL WHERE holder = $1 AND fence = $2",
+    )
+    .bind(me)
+    .bind(fence)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// The current snapshot, as text: the upper end of a new batch.
+pub async fn snapshot(conn: &mut PgConnection) -> sqlx::Result<String> {
+    sqlx::query_scalar("SELECT pg_current_snapshot()::text")
+        .persistent(true)
+        .fetch_one(conn)
+        .await
+}
+
+/// An event of a page, and what the reader needs besides.
+#[derive(Debug)]
+pub struct LogRow {
+    pub event: ClaimedRow,
+    /// Its transaction id, as text (the page's keyset).
+    pub xid: String,
+    /// Due now (`available_at <= now()`); a delayed event goes to the retry set.
+    pub due: bool,
+    /// Neither published nor dead-lettered (an event cancelled by hand is passed over).
+    pub live: bool,
+    pub available_at: DateTime<Utc>,
+}
+
+impl<'r> sqlx::FromRow<'r, PgRow> for LogRow {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
+        Ok(Self {
+            event: ClaimedRow::from_row(row)?,
+            xid: row.try_get(10)?,
+            due: row.try_get(11)?,
+            live: row.try_get(12)?,
+            available_at: row.try_get(13)?,
+        })
+    }
+}
+
+/// One page of the log.
+#[derive(Debug, Default)]
+pub struct Page {
+    pub rows: Vec<LogRow>,
+    /// More of the window may follow: the page took `limit` rows, or the byte budget ended it.
+    pub more: bool,
+}
+
+/// The event columns of a page or a retry read, then the reader's three.
+const EVENT_COLUMNS: &str = "o.id, o.tenant_id, o.aggregate_type, o.aggregate_id, o.event_type,
+       o.payload::text AS payload, o.headers::text AS headers, o.idempotency_key,
+       o.created_at, o.attempt_count + 1 AS attempt_count, o.xid::text AS xid,
+       o.available_at <= now() AS due,
+       (o.published_at IS NULL AND o.dead_lettered_at IS NULL) AS live, o.available_at";
+
+/// Reads the next page of the batch from the reader's position to `hi`: at most `limit` events,
+/// and, after the first, no more than `bytes` of payload and headers.
+pub async fn read_page(
+    conn: &mut PgConnection,
+    r: &Reader,
+    hi: &str,
+    limit: i64,
+    bytes: i64,
+) -> sqlx::Result<Page> {
+    let size = format!("{} + {}", jsonb_size("payload"), jsonb_size("headers"));
+    let branch = |range: &str| {
+        format!(
+            "(SELECT ctid, xid, id, {size} AS size FROM outbox
+               WHERE {range}
+                 AND (xid, id) > (coalesce($3::xid8, '0'::xid8), coalesce($4::bigint, {min}))
+                 AND pg_visible_in_snapshot(xid, $2::pg_snapshot)
+               ORDER BY xid, id LIMIT $5)",
+            min = i64::MIN
+        )
+    };
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS}, p.scanned
+           FROM (SELECT ctid, xid, id, count(*) OVER () AS scanned,
+                        sum(size) OVER (ORDER BY xid, id ROWS UNBOUNDED PRECEDING) - size AS before,
+                        row_number() OVER (ORDER BY xid, id) AS n
+                   FROM ({} UNION ALL {}) u
+                  ORDER BY xid, id LIMIT $5) p
+           JOIN outbox o ON o.ctid = p.ctid
+          WHERE p.n = 1 OR p.before < $6
+          ORDER BY p.xid, p.id",
+        branch("xid = ANY(ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot)))"),
+        branch(
+            "xid >= pg_snapshot_xmax($1::pg_snapshot) AND xid < pg_snapshot_xmax($2::pg_snapshot)"
+        ),
+    );
+    let (after_xid, after_id) = match &r.after {
+        Some((x, i)) if r.window_to.as_deref() == Some(hi) => (Some(x.as_str()), Some(*i)),
+        _ => (None, None),
+    };
+    let rows = sqlx::query(&sql)
+        .bind(&r.position)
+        .bind(hi)
+        .bind(after_xid)
+        .bind(after_id)
+        .bind(limit)
+        .bind(bytes)
+        .persistent(true)
+        .fetch_all(conn)
+        .await?;
+    let scanned = rows
+        .first()
+        .map(|row| row.try_get::<i64, _>("scanned"))
+        .transpose()?
+        .unwrap_or(0);
+    let rows = rows
+        .iter()
+        .map(<LogRow as sqlx::FromRow<PgRow>>::from_row)
+        .collect::<sqlx::Result<Vec<_>>>()?;
+    Ok(Page {
+        more: scanned >= limit || (rows.len() as i64) < scanned,
+        rows,
+    })
+}
+
+/// Reads at most `limit` due events of the retry set (live ones; an entry whose event was
+/// published, dead-lettered or deleted meanwhile is dropped on the way).
+pub async fn read_retries(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<LogRow>> {
+    let sql = format!(
+        "WITH stale AS (
+           DELETE FROM outbox_log_retry r
+            WHERE r.available_at <= now()
+              AND NOT EXISTS (SELECT FROM outbox o WHERE o.id = r.id
+                                 AND o.published_at IS NULL AND o.dead_lettered_at IS NULL)
+         )
+         SELECT {EVENT_COLUMNS}
+           FROM (SELECT id, available_at FROM outbox_log_retry
+                  WHERE available_at <= now()
+                  ORDER BY available_at, id LIMIT $1) r
+           JOIN outbox o ON o.id = r.id
+          WHERE o.published_at IS NULL AND o.dead_lettered_at IS NULL
+            AND (o.locked_until IS NULL OR o.locked_until < now())
+          ORDER BY r.available_at, r.id"
+    );
+    sqlx::query_as(&sql)
+        .bind(limit)
+        .persistent(true)
+        .fetch_all(conn)
+        .await
+}
+
+/// Moves what queue mode left pending at the switch into the retry set (at its due time; a row
+/// leased by a queue-mode relay at the lease's end, so if that relay settles it, the entry is
+/// dropped as stale). Rows a queue-mode transaction still holds are skipped; once none is left,
+/// the hand-over is done. Fenced: changes nothing unless `me` holds the lease at `fence`.
+/// Returns the rows moved, or `None` when the lease was lost.
+pub async fn hand_over(conn: &mut PgConnection, me: Uuid, fence: i64) -> sqlx::Result<Option<u64>> {
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let held: Option<(String, i64)> = sqlx::query_as(
+        "SELECT switched::text, switched_id FROM outbox_log
+          WHERE holder = $1 AND fence = $2 FOR UPDATE",
+    )
+    .bind(me)
+    .bind(fence)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((switched, switched_id)) = held else {
+        return Ok(None);
+    };
+    let queue_part = "o.published_at IS NULL AND o.dead_lettered_at IS NULL AND o.id <= $2
+        AND (o.xid IS NULL OR pg_visible_in_snapshot(o.xid, $1::pg_snapshot))
+        AND NOT EXISTS (SELECT FROM outbox_log_retry r WHERE r.id = o.id)";
+    let moved = sqlx::query(&format!(
+        "WITH q AS (SELECT o.id, greatest(o.available_at, o.locked_until) AS at FROM outbox o
+                     WHERE {queue_part} FOR UPDATE OF o SKIP LOCKED)
+         INSERT INTO outbox_log_retry (id, available_at) SELECT id, at FROM q
+         ON CONFLICT (id) DO NOTHING"
+    ))
+    .bind(&switched)
+    .bind(switched_id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    let left: bool = sqlx::query_scalar(&format!(
+        "SELECT EXISTS (SELECT FROM outbox o WHERE {queue_part})"
+    ))
+    .bind(&switched)
+    .bind(switched_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if !left {
+        sqlx::query("UPDATE outbox_log SET handed_over = true")
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(Some(moved))
+}
+
+/// Where a settle moves the position.
+#[derive(Debug, Clone)]
+pub enum Advance {
+    /// Nowhere (a retry batch, or a page the sink took none of).
+    Stay,
+    /// Within the batch up to `hi`, after its event (`xid`, `id`).
+    Within { hi: String, xid: String, id: i64 },
+    /// To `hi`: the batch is passed.
+    To { hi: String },
+}
+
+/// What a reader's settle writes.
+#[derive(Debug, Default)]
+pub struct LogSettle<'a> {
+    /// Published events taken from the retry set: marked published, their entries dropped.
+    pub retried_out: &'a [i64],
+    /// Failed publishes: stored as queue mode stores them, then in the retry set (or dead).
+    pub failures: &'a [Failure],
+    /// Events passed by the position and not published (given back, or delayed): into the
+    /// retry set, due at the time given.
+    pub later: &'a [(i64, DateTime<Utc>)],
+}
+
+/// The outcome of a settle.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LogSettled {
+    /// The failures stored (ids), dead-lettered or scheduled.
+    pub failed: Vec<i64>,
+}
+
+/// Settles a page or a retry batch in one transaction, fenced: it moves the position and renews
+/// the lease only while `me` holds it at `fence`; otherwise nothing changes and `None` comes back
+/// (the new holder reads the same events again: at least once).
+pub async fn settle(
+    conn: &mut PgConnection,
+    me: Uuid,
+    fence: i64,
+    lease: Duration,
+    advance: &Advance,
+    s: &LogSettle<'_>,
+) -> sqlx::Result<Option<LogSettled>> {
+    let micros = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let (hi, xid, id, done) = match advance {
+        Advance::Stay => (None, None, None, false),
+        Advance::Within { hi, xid, id } => {
+            (Some(hi.as_str()), Some(xid.as_str()), Some(*id), false)
+        }
+        Advance::To { hi } => (Some(hi.as_str()), None, None, true),
+    };
+    let held = sqlx::query(
+        "UPDATE outbox_log
+            SET position = CASE WHEN $4::bool THEN $5::pg_snapshot ELSE position END,
+                window_to = CASE WHEN $4::bool THEN NULL
+                                 WHEN $5::pg_snapshot IS NULL THEN window_to
+                                 ELSE $5::pg_snapshot END,
+                after_xid = CASE WHEN $4::bool THEN NULL
+                                 WHEN $5::pg_snapshot IS NULL THEN after_xid ELSE $6::xid8 END,
+                after_id = CASE WHEN $4::bool THEN NULL
+                                WHEN $5::pg_snapshot IS NULL THEN after_id ELSE $7::bigint END,
+                batches = batches + 1, read_at = now(),
+                lease_until = now() + $3 * interval '1 microsecond'
+          WHERE holder = $1 AND fence = $2",
+    )
+    .bind(me)
+    .bind(fence)
+    .bind(micros)
+    .bind(done)
+    .bind(hi)
+    .bind(xid)
+    .bind(id)
+    .persistent(true)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if held == 0 {
+        tx.rollback().await?;
+        return Ok(None);
+    }
+    if !s.retried_out.is_empty() {
+        sqlx::query(
+            "WITH d AS (DELETE FROM outbox_log_retry WHERE id = ANY($1) RETURNING id)
+             UPDATE outbox o SET published_at = now(), last_error = NULL
+               FROM d WHERE o.id = d.id AND o.published_at IS NULL",
+        )
+        .bind(s.retried_out)
+        .execute(&mut *tx)
+        .await?;
+    }
+    let mut failed = Vec::new();
+    if !s.failures.is_empty() {
+        let ids: Vec<i64> = s.failures.iter().map(|f| f.id).collect();
+        let dead: Vec<bool> = s.failures.iter().map(|f| f.dead).collect();
+        let counted: Vec<bool> = s.failures.iter().map(|f| f.counted).collect();
+        let errors: Vec<&str> = s.failures.iter().map(|f| f.error.as_str()).collect();
+        let retry: Vec<f64> = s
+            .failures
+            .iter()
+            .map(|f| f.retry_in.as_secs_f64())
+            .collect();
+        failed = sqlx::query_scalar(
+            "WITH f AS (
+               SELECT * FROM unnest($1::bigint[], $2::bool[], $3::bool[], $4::text[], $5::float8[])
+                        AS f(id, dead, counted, err, retry_secs)
+             ), u AS (
+               UPDATE outbox o
+                  SET attempt_count = o.attempt_count + f.counted::int,
+                      last_error = f.err,
+                      available_at = CASE WHEN f.dead THEN o.available_at
+                                          ELSE now() + f.retry_secs * interval '1 second' END,
+                      dead_lettered_at = CASE WHEN f.dead THEN now() END
+                 FROM f
+                WHERE o.id = f.id AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
+                RETURNING o.id, f.dead, o.available_at
+             ), gone AS (
+               DELETE FROM outbox_log_retry r USING u WHERE r.id = u.id AND u.dead
+             ), later AS (
+               INSERT INTO outbox_log_retry (id, available_at)
+               SELECT id, available_at FROM u WHERE NOT dead
+               ON CONFLICT (id) DO UPDATE SET available_at = EXCLUDED.available_at
+             )
+             SELECT id FROM u",
+        )
+        .bind(&ids)
+        .bind(&dead)
+        .bind(&counted)
+        .bind(&errors)
+        .bind(&retry)
+        .fetch_all(&mut *tx)
+        .await?;
+    }
+    if !s.later.is_empty() {
+        let (ids, at): (Vec<i64>, Vec<DateTime<Utc>>) = s.later.iter().copied().unzip();
+        sqlx::query(
+            "INSERT INTO outbox_log_retry (id, available_at)
+             SELECT * FROM unnest($1::bigint[], $2::timestamptz[])
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(&ids)
+        .bind(&at)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(Some(LogSettled { failed }))
+}
+
+/// How long until the retry set's next event is due (zero when one is); `None` when it is empty.
+pub async fn next_due_in(conn: &mut PgConnection) -> sqlx::Result<Option<Duration>> {
+    let secs: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM (SELECT min(available_at) FROM outbox_log_retry) - now())::float8",
+    )
+    .persistent(true)
+    .fetch_one(conn)
+    .await?;
+    Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
+}
+
+/// The heartbeat's figures in log mode: `backlog` is what the log has not read yet (at most
+/// 1,000,000, as [`status`] counts it) and the retry set's due events; `scheduled` the retry set's
+/// others; nothing is leased.
+pub async fn backlog(conn: &mut PgConnection) -> sqlx::Result<super::relay::Backlog> {
+    let s = status(conn).await?;
+    Ok(super::relay::Backlog {
+        backlog: s.behind + s.retrying_due,
+        scheduled: s.retrying - s.retrying_due,
+        in_flight: 0,
+    })
+}

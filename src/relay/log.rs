@@ -1,0 +1,313 @@
+//! Log mode's step: take the reader's lease, read a page of the log (or the retry set's due
+//! events), publish it, settle it by moving the position (`db::log`). Published events cost no
+//! write; a failed, delayed or given-back one costs one (into the retry set).
+//!
+//! One relay reads at a time: the lease is a row of `outbox_log`, renewed by every step and every
+//! settle, fenced so that a relay that lost it (a stall longer than `--lease`) changes nothing.
+//! The others stand by and take over when it lapses. A step publishes its page as the other
+//! modes publish a batch (`--concurrency` in flight); pages are read one after another, so
+//! their events reach the sink in (transaction id, id) order, page by page.
+//!
+//! Also here: the queue modes' watch on the switch ([`LogReader::refuse_queue_claims`]).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use super::step::{dead_event_types, dead_lettered, Claimed, StepOf};
+use super::{Relay, RelayEvent, Report, StepError};
+use crate::db::log::{self as sql, Advance, LogRow, LogSettle, Take};
+
+/// How often a queue-mode relay looks at the switch (and whether migration 14 is in).
+const REFRESH: Duration = Duration::from_secs(1);
+
+/// What a relay keeps of log mode: its reader identity, the fence it last held, and the queue
+/// modes' cached view of the switch.
+#[derive(Debug)]
+pub struct LogReader {
+    /// This relay's identity as the log's reader.
+    pub me: Uuid,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The fence of the lease last held (to say once that we took it, and to give it up).
+    fence: Option<i64>,
+    /// The holder last seen while standing by (to say so once).
+    standby: Option<Uuid>,
+    /// Queue modes: migration 14 seen (claims carry the guard from then on).
+    migrated: bool,
+    checked_at: Option<Instant>,
+}
+
+impl Default for LogReader {
+    fn default() -> Self {
+        Self {
+            me: Uuid::new_v4(),
+            inner: Mutex::default(),
+        }
+    }
+}
+
+/// The error a relay stops with when the switch is not where its mode needs it.
+#[derive(Debug, thiserror::Error)]
+pub enum SwitchError {
+    #[error(
+        "log mode is switched on (`outboxctl log enable`): a {mode}-mode relay would publish events the log reader publishes too; run relays with --mode auto or --mode log, or switch it off with `outboxctl log disable`"
+    )]
+    LogOn { mode: &'static str },
+    #[error(
+        "log mode is switched off (`outboxctl log disable` ran, or it was never enabled): start the relay with --mode auto, tx or lease, or switch it on with `outboxctl log enable`"
+    )]
+    LogOff,
+}
+
+impl SwitchError {
+    fn into_sqlx(self) -> sqlx::Error {
+        sqlx::Error::Configuration(Box::new(self))
+    }
+
+    /// The switch error under a step's database error, if it is one.
+    pub fn of(e: &sqlx::Error) -> Option<&SwitchError> {
+        match e {
+            sqlx::Error::Configuration(b) => b.downcast_ref::<SwitchError>(),
+            _ => None,
+        }
+    }
+}
+
+impl LogReader {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("log reader lock")
+    }
+
+    /// Whether queue claims carry [`sql::NOT_LOG`] (the schema has migration 14).
+    pub fn guarded(&self) -> bool {
+        self.lock().migrated
+    }
+
+    /// Queue modes, before each claim: at most once per [`REFRESH`], reads whether log mode is
+    /// on, and fails the claim if it is (the claim's own guard already keeps it from taking a
+    /// row once the switch has committed; this stops the relay, naming the switch).
+    pub async fn refuse_queue_claims(&self, conn: &mut sqlx::PgConnection) -> sqlx::Result<()> {
+        if self
+            .lock()
+            .checked_at
+            .is_some_and(|t| t.elapsed() < REFRESH)
+        {
+            return Ok(());
+        }
+        let migrated = sql::migrated(conn).await?;
+        let on = migrated && sql::is_on(conn).await?;
+        {
+            let mut inner = self.lock();
+            inner.migrated = migrated;
+            inner.checked_at = Some(Instant::now());
+        }
+        if on {
+            return Err(SwitchError::LogOn { mode: "queue" }.into_sqlx());
+        }
+        Ok(())
+    }
+
+    /// The fence of the lease this relay holds, if it took one.
+    pub fn fence(&self) -> Option<i64> {
+        self.lock().fence
+    }
+
+    fn held(&self, fence: i64) -> Option<RelayEvent> {
+        let mut inner = self.lock();
+        inner.standby = None;
+        (inner.fence.replace(fence) != Some(fence)).then_some(RelayEvent::LogReaderTaken { fence })
+    }
+
+    fn standing_by(&self, holder: Uuid) -> Option<RelayEvent> {
+        let mut inner = self.lock();
+        inner.fence = None;
+        (inner.standby.replace(holder) != Some(holder)).then_some(RelayEvent::LogStandby { holder })
+    }
+}
+
+/// What a step read.
+enum Read {
+    /// Due events of the retry set.
+    Retry(Vec<LogRow>),
+    /// A page of the log's batch up to `hi`.
+    Log { hi: String, page: sql::Page },
+}
+
+impl Relay {
+    /// Gives the reader's lease up (at exit), so a standby takes over at once.
+    pub async fn release_log(&self) {
+        if let Some(fence) = self.log.fence() {
+            let me = self.log.me;
+            if let Err(e) = self
+                .db
+                .run(async |c| sql::release(c, me, fence).await)
+                .await
+            {
+                tracing::warn!(error = %e, "could not give up the log reader's lease; a standby takes over when it lapses");
+            }
+        }
+    }
+
+    pub(super) async fn step_log(&self, step: &StepOf<'_>) -> Result<Report, StepError> {
+        let me = self.log.me;
+        let lease = self.cfg.lease;
+        let mut report = Report::default();
+        let (fence, window_open, read) = {
+            let mut conn = self.db.hold().await?;
+            if step.ctl.shutdown.is_cancelled() {
+                return Ok(report);
+            }
+            let taken = conn
+                .run(async |c| {
+                    let mut t = sql::take(c, me, lease).await?;
+                    if matches!(t, Take::Unsealed) {
+                        sql::seal(c).await?;
+                        t = sql::take(c, me, lease).await?;
+                    }
+                    Ok(t)
+                })
+                .await?;
+            let reader = match taken {
+                Take::Held(r) => r,
+                Take::Off => return Err(SwitchError::LogOff.into_sqlx().into()),
+                Take::Unsealed => return Ok(report),
+                Take::Standby { holder, .. } => {
+                    report.events.extend(self.log.standing_by(holder));
+                    return Ok(report);
+                }
+            };
+            report.events.extend(self.log.held(reader.fence));
+            if !reader.handed_over {
+                let moved = conn
+                    .run(async |c| sql::hand_over(c, me, reader.fence).await)
+                    .await?;
+                if let Some(n @ 1..) = moved {
+                    report.events.push(RelayEvent::LogHandedOver { events: n });
+                }
+            }
+            let limit = step.limit;
+            let bytes = i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX);
+            let retries = conn
+                .run(async |c| sql::read_retries(c, limit).await)
+                .await?;
+            let read = if retries.is_empty() {
+                let hi = match &reader.window_to {
+                    Some(w) => w.clone(),
+                    None => conn.run(async |c| sql::snapshot(c).await).await?,
+                };
+                let page = conn
+                    .run(async |c| sql::read_page(c, &reader, &hi, limit, bytes).await)
+                    .await?;
+                Read::Log { hi, page }
+            } else {
+                Read::Retry(retries)
+            };
+            (reader.fence, reader.window_to.is_some(), read)
+        };
+
+        // What goes out now, and what the position passes without publishing it.
+        let (rows, more) = match &read {
+            // A retry batch says nothing of the log: the loop steps again, to read a page.
+            Read::Retry(rows) => (rows.as_slice(), !rows.is_empty()),
+            Read::Log { page, .. } => (page.rows.as_slice(), page.more),
+        };
+        let mut later: Vec<(i64, chrono::DateTime<chrono::Utc>)> = rows
+            .iter()
+            .filter(|r| r.live && !r.due)
+            .map(|r| (r.event.id, r.available_at))
+            .collect();
+        let publishable: Vec<_> = rows
+            .iter()
+            .filter(|r| r.live && r.due)
+            .map(|r| r.event.clone())
+            .collect();
+        let last = rows.last().map(|r| (r.xid.clone(), r.event.id));
+        let claim = Claimed {
+            rows: publishable,
+            ordered_from: usize::MAX,
+            budget_reached: more,
+            event: None,
+        };
+        let (claim_report, published) = self.publish_claimed(claim, step).await;
+        report.events.extend(claim_report.events.iter().cloned());
+        let events = std::mem::take(&mut report.events);
+        report = Report {
+            events,
+            ..claim_report
+        };
+        let (published_rows, sorted) = published.unwrap_or_default();
+        let took_any = !sorted.published.is_empty() || !sorted.failures.is_empty();
+        let advance = match &read {
+            Read::Retry(_) => Advance::Stay,
+            // The sink took none of it (an outage, shutdown): read the page again later.
+            Read::Log { .. } if !took_any && !sorted.unpublished.is_empty() => Advance::Stay,
+            Read::Log { hi, .. } => match (&last, more) {
+                (Some((xid, id)), true) => Advance::Within {
+                    hi: hi.clone(),
+                    xid: xid.clone(),
+                    id: *id,
+                },
+                (None, _) if !window_open => Advance::Stay,
+                _ => Advance::To { hi: hi.clone() },
+            },
+        };
+        let moves = !matches!(advance, Advance::Stay);
+        if moves {
+            let now = chrono::Utc::now();
+            later.extend(sorted.unpublished.iter().map(|id| (*id, now)));
+        }
+        let retried_out: &[i64] = match &read {
+            Read::Retry(_) => &sorted.published,
+            Read::Log { .. } => &[],
+        };
+        if !moves && sorted.failures.is_empty() && retried_out.is_empty() {
+            report.released = sorted.unpublished.len() as u64;
+            return Ok(report);
+        }
+        let settle = LogSettle {
+            retried_out,
+            failures: &sorted.failures,
+            later: if moves { &later } else { &[] },
+        };
+        let settled = self
+            .db
+            .run(async |c| sql::settle(c, me, fence, lease, &advance, &settle).await)
+            .await
+            .map_err(|source| StepError::RolledBack {
+                published: sorted.published.len() as u64,
+                source,
+            })?;
+        let Some(settled) = settled else {
+            report.lease_lost = (sorted.published.len() + sorted.failures.len()) as u64;
+            report.events.push(RelayEvent::LeaseLost {
+                rows: report.lease_lost,
+                claim_token: me,
+            });
+            return Ok(report);
+        };
+        report.published = sorted.published.len() as u64;
+        report.released = if moves {
+            0
+        } else {
+            sorted.unpublished.len() as u64
+        };
+        let failed: std::collections::HashSet<i64> = settled.failed.iter().copied().collect();
+        let types = dead_event_types(&published_rows, &sorted);
+        for f in sorted.failures.iter().filter(|f| failed.contains(&f.id)) {
+            if f.dead {
+                report.dead_lettered += 1;
+                report.events.push(dead_lettered(&types, f));
+            } else if f.counted {
+                report.retried += 1;
+            } else {
+                report.deferred += 1;
+            }
+        }
+        Ok(report)
+    }
+}
