@@ -3,6 +3,8 @@
 # relay's own writes), and the drain rate to the null sink, for N events written by N/1000
 # producer transactions of 1000 rows each. Nothing else may write to the server meanwhile.
 # usage: bench/log-mode.sh [N=200000] [ROUNDS=2]     OUTBOXCTL_BIN: the binary (default: release)
+# With PGMQ=1 each round also runs pgmq's drain of N (../shared/peers, set up once with its
+# setup.sh), as bench/compare.sh does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -37,6 +39,9 @@ rate = summary["published"] / (summary["elapsed_ms"] / 1000)
 print(f"RESULT mode={mode} events={summary['published']} insert_wal_per_event={ins / n:.0f} "
       f"relay_wal_per_event={rel / n:.1f} drain_events_per_s={rate:.0f} elapsed_ms={summary['elapsed_ms']}")
 PY
-    q -c "DROP SCHEMA $s CASCADE" >/dev/null
+    q -c "DROP SCHEMA $s CASCADE" >/dev/null 2>&1
   done
+  if [ "${PGMQ:-0}" = 1 ]; then
+    echo "RESULT pgmq: $("${PEERS_DIR:-../shared/peers}/run.sh" pgmq "$n" 2>&1 | grep -E 'RESULT|events_per_s' | tail -n1)"
+  fi
 done

@@ -14,6 +14,8 @@
 # MODES="auto tx lease" adds a relay row per --mode (default: auto only; auto is tx for Kafka and
 # Redis, lease for NATS and RabbitMQ); DEPTHS="1 2" a row per
 # --pipeline-depth within each mode, run one after the other (default: the binary's default).
+# LOG=1 runs it in log mode (`outboxctl log enable` on the schema): every relay row in --mode log,
+# the reference being log mode's own drain to the null sink.
 # NAME (default benchsinks) names the schema, topics, stream, subjects and queue, so two runs
 # beside each other do not collide. The binary is
 # ${CARGO_TARGET_DIR:-target}/release/outboxctl, built first; or OUTBOXCTL_BIN, used as it is
@@ -42,6 +44,12 @@ cleanup() {
 }
 trap cleanup EXIT
 bench_fresh "$BIN" $S
+LOG=${LOG:-0}
+REF=tx
+if [ "$LOG" = 1 ]; then
+  $BIN log enable --schema $S >/dev/null 2>&1
+  MODES=log REF=log
+fi
 seed() {
   q -c "TRUNCATE $S.outbox"
   bench_seed "$S" "$1" "k$RUN-"
@@ -71,7 +79,11 @@ drain() {
   summary=$($BIN relay --schema $S --once --mode "$2" --batch-size 1000 --sink "$1" ${3:-} --json)
   e=$(bench_now)
   local left
-  left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
+  if [ "$LOG" = 1 ]; then
+    left=$($BIN log status --schema $S --json | python3 -c "import json,sys; s=json.load(sys.stdin); print(s['behind'] + s['retrying'])")
+  else
+    left=$(q -c "SELECT count(*) FROM $S.outbox WHERE published_at IS NULL")
+  fi
   [ "$left" = 0 ] || { echo "relay left $left events unpublished ($1)" >&2; exit 1; }
   # events/s and the mode the relay ran in (what `auto` resolved to).
   python3 -c "import json,sys; print(round($N / ($e - $s)), json.loads(sys.argv[1])['mode'])" "$summary"
@@ -101,8 +113,12 @@ for sink in $SINKS; do
   case $sink in
   null)
     # The reference: tx mode to the null sink (no publish at all), then every mode against it.
-    read -r raw _ < <(drain null tx)
-    relay_rows null "$raw" "null sink, vs tx mode to the null sink" "tx lease $(echo " $MODES " | sed 's/ auto / /; s/ tx / /; s/ lease / /')" ;;
+    read -r raw _ < <(drain null $REF)
+    if [ "$LOG" = 1 ]; then
+      relay_rows null "$raw" "null sink, vs log mode to the null sink" log
+    else
+      relay_rows null "$raw" "null sink, vs tx mode to the null sink" "tx lease $(echo " $MODES " | sed 's/ auto / /; s/ tx / /; s/ lease / /')"
+    fi ;;
   kafka)
     $RAW kafka-setup 127.0.0.1:9092 "$NAME.raw.$RUN"
     raw=$($RAW kafka 127.0.0.1:9092 "$NAME.raw.$RUN" "$N" "$SIZE")

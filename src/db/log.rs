@@ -46,30 +46,18 @@ pub async fn is_on(conn: &mut PgConnection) -> sqlx::Result<bool> {
         .await
 }
 
-/// Tries to take the switch's lock (a try, not a wait: see `ordering::try_lock_switch`).
+/// Tries to take the switch's lock ([`super::try_lock_switch`]).
 pub async fn try_lock_switch(conn: &mut PgConnection) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext(current_schema()))")
-        .bind(SWITCH_LOCK_CLASS)
-        .fetch_one(conn)
-        .await
+    super::try_lock_switch(conn, SWITCH_LOCK_CLASS).await
 }
 
 pub async fn unlock_switch(conn: &mut PgConnection) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_advisory_unlock($1, hashtext(current_schema()))")
-        .bind(SWITCH_LOCK_CLASS)
-        .fetch_one(conn)
-        .await
-        .map(drop)
+    super::unlock_switch(conn, SWITCH_LOCK_CLASS).await
 }
 
-/// Whether the xid index exists, and if so whether it is usable.
+/// Whether the xid index exists, and if so whether it is usable ([`super::index_state`]).
 pub async fn xid_index(conn: &mut PgConnection) -> sqlx::Result<Option<bool>> {
-    sqlx::query_scalar(
-        "SELECT i.indisvalid AND i.indisready FROM pg_index i
-          WHERE i.indexrelid = to_regclass('outbox_xid_idx')",
-    )
-    .fetch_optional(conn)
-    .await
+    super::index_state(conn, XID_INDEX).await
 }
 
 /// Builds the xid index without blocking producers (`CONCURRENTLY`: it waits for the
@@ -371,14 +359,6 @@ pub async fn release(conn: &mut PgConnection, me: Uuid, fence: i64) -> sqlx::Res
     .map(drop)
 }
 
-/// The current snapshot, as text: the upper end of a new batch.
-pub async fn snapshot(conn: &mut PgConnection) -> sqlx::Result<String> {
-    sqlx::query_scalar("SELECT pg_current_snapshot()::text")
-        .persistent(true)
-        .fetch_one(conn)
-        .await
-}
-
 /// An event of a page, and what the reader needs besides.
 #[derive(Debug)]
 pub struct LogRow {
@@ -410,6 +390,8 @@ pub struct Page {
     pub rows: Vec<LogRow>,
     /// More of the window may follow: the page took `limit` rows, or the byte budget ended it.
     pub more: bool,
+    /// The window's upper snapshot (`None`: a new batch that found nothing).
+    pub hi: Option<String>,
 }
 
 /// The event columns of a page or a retry read, then the reader's three.
@@ -419,12 +401,14 @@ const EVENT_COLUMNS: &str = "o.id, o.tenant_id, o.aggregate_type, o.aggregate_id
        o.available_at <= now() AS due,
        (o.published_at IS NULL AND o.dead_lettered_at IS NULL) AS live, o.available_at";
 
-/// Reads the next page of the batch from the reader's position to `hi`: at most `limit` events,
-/// and, after the first, no more than `bytes` of payload and headers.
+/// Reads the next page of the batch from the reader's position to `hi` (the window being read;
+/// `None`: a new batch, up to the current snapshot, taken by the same statement and returned in
+/// [`Page::hi`]): at most `limit` events, and, after the first, no more than `bytes` of payload
+/// and headers.
 pub async fn read_page(
     conn: &mut PgConnection,
     r: &Reader,
-    hi: &str,
+    hi: Option<&str>,
     limit: i64,
     bytes: i64,
 ) -> sqlx::Result<Page> {
@@ -434,13 +418,14 @@ pub async fn read_page(
             "(SELECT ctid, xid, id, {size} AS size FROM outbox
                WHERE {range}
                  AND (xid, id) > (coalesce($3::xid8, '0'::xid8), coalesce($4::bigint, {min}))
-                 AND pg_visible_in_snapshot(xid, $2::pg_snapshot)
+                 AND pg_visible_in_snapshot(xid, (SELECT hi FROM s))
                ORDER BY xid, id LIMIT $5)",
             min = i64::MIN
         )
     };
     let sql = format!(
-        "SELECT {EVENT_COLUMNS}, p.scanned
+        "WITH s AS MATERIALIZED (SELECT coalesce($2::pg_snapshot, pg_current_snapshot()) AS hi)
+         SELECT {EVENT_COLUMNS}, p.scanned, (SELECT hi FROM s)::text AS hi
            FROM (SELECT ctid, xid, id, count(*) OVER () AS scanned,
                         sum(size) OVER (ORDER BY xid, id ROWS UNBOUNDED PRECEDING) - size AS before,
                         row_number() OVER (ORDER BY xid, id) AS n
@@ -451,11 +436,13 @@ pub async fn read_page(
           ORDER BY p.xid, p.id",
         branch("xid = ANY(ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot)))"),
         branch(
-            "xid >= pg_snapshot_xmax($1::pg_snapshot) AND xid < pg_snapshot_xmax($2::pg_snapshot)"
+            "xid >= pg_snapshot_xmax($1::pg_snapshot) AND xid < pg_snapshot_xmax((SELECT hi FROM s))"
         ),
     );
     let (after_xid, after_id) = match &r.after {
-        Some((x, i)) if r.window_to.as_deref() == Some(hi) => (Some(x.as_str()), Some(*i)),
+        Some((x, i)) if hi.is_some() && r.window_to.as_deref() == hi => {
+            (Some(x.as_str()), Some(*i))
+        }
         _ => (None, None),
     };
     let rows = sqlx::query(&sql)
@@ -473,6 +460,10 @@ pub async fn read_page(
         .map(|row| row.try_get::<i64, _>("scanned"))
         .transpose()?
         .unwrap_or(0);
+    let hi = match rows.first() {
+        Some(row) => Some(row.try_get::<String, _>("hi")?),
+        None => hi.map(str::to_owned),
+    };
     let rows = rows
         .iter()
         .map(<LogRow as sqlx::FromRow<PgRow>>::from_row)
@@ -480,6 +471,7 @@ pub async fn read_page(
     Ok(Page {
         more: scanned >= limit || (rows.len() as i64) < scanned,
         rows,
+        hi,
     })
 }
 

@@ -605,6 +605,38 @@ pub async fn ensure_migrated_through<'a>(
 }
 
 /// Whether some session LISTENs on `channel` (the bench waits for its daemon with this).
+/// Tries to take a switch's lock (session-level, class `class`, per schema): `ordering` and
+/// `log` hold theirs across their row change and index DDL. A try, not a wait: a session waiting
+/// on the lock in a statement would hold a snapshot that the holder's `CREATE INDEX
+/// CONCURRENTLY` waits for, a deadlock; the caller retries between statements instead.
+pub async fn try_lock_switch(conn: &mut PgConnection, class: i32) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext(current_schema()))")
+        .bind(class)
+        .fetch_one(conn)
+        .await
+}
+
+/// Releases [`try_lock_switch`]'s lock.
+pub async fn unlock_switch(conn: &mut PgConnection, class: i32) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_unlock($1, hashtext(current_schema()))")
+        .bind(class)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Whether the index `name` exists in the schema, and if so whether it is usable (`indisvalid
+/// AND indisready`; a `CREATE INDEX CONCURRENTLY` that was interrupted or failed leaves it
+/// invalid).
+pub async fn index_state(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar(
+        "SELECT i.indisvalid AND i.indisready FROM pg_index i WHERE i.indexrelid = to_regclass($1)",
+    )
+    .bind(name)
+    .fetch_optional(conn)
+    .await
+}
+
 pub async fn is_listening(conn: &mut PgConnection, channel: &str) -> sqlx::Result<bool> {
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query = 'LISTEN \"' || $1 || '\"')",
@@ -651,7 +683,8 @@ mod tests {
                 "BEGIN; DEALLOCATE ALL; SET LOCAL search_path TO \"events\"; \
                  SET LOCAL extra_float_digits = 3; \
                  SET LOCAL idle_in_transaction_session_timeout = 30000; \
-                 SET LOCAL synchronous_commit = off; SET LOCAL enable_seqscan = off"
+                 SET LOCAL synchronous_commit = off; SET LOCAL enable_seqscan = off; \
+                 SET LOCAL jit = off"
             )
         );
     }

@@ -186,33 +186,18 @@ pub const KEY_INDEX: &str = "outbox_key_pending_idx";
 /// `enable` racing the last `disable` cannot end with ordering on and no index.
 const SWITCH_LOCK_CLASS: i32 = 0x6f62_7806; // "obx" + 6
 
-/// Tries to take the ordering switch's lock (session-level). A try, not a wait: a session waiting
-/// on the lock in a statement would hold a snapshot that the holder's `CREATE INDEX CONCURRENTLY`
-/// waits for, a deadlock; the caller retries between statements instead.
+/// Tries to take the ordering switch's lock ([`super::try_lock_switch`]).
 pub async fn try_lock_switch(conn: &mut PgConnection) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext(current_schema()))")
-        .bind(SWITCH_LOCK_CLASS)
-        .fetch_one(conn)
-        .await
+    super::try_lock_switch(conn, SWITCH_LOCK_CLASS).await
 }
 
 pub async fn unlock_switch(conn: &mut PgConnection) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_advisory_unlock($1, hashtext(current_schema()))")
-        .bind(SWITCH_LOCK_CLASS)
-        .execute(conn)
-        .await
-        .map(drop)
+    super::unlock_switch(conn, SWITCH_LOCK_CLASS).await
 }
 
-/// Whether the key index exists, and if so whether it is usable (`indisvalid AND indisready`; a
-/// `CREATE INDEX CONCURRENTLY` that was interrupted or failed leaves it invalid).
+/// Whether the key index exists, and if so whether it is usable ([`super::index_state`]).
 pub async fn key_index(conn: &mut PgConnection) -> sqlx::Result<Option<bool>> {
-    sqlx::query_scalar(
-        "SELECT i.indisvalid AND i.indisready FROM pg_index i
-          WHERE i.indexrelid = to_regclass('outbox_key_pending_idx')",
-    )
-    .fetch_optional(conn)
-    .await
+    super::index_state(conn, KEY_INDEX).await
 }
 
 /// Builds the key index without blocking producers or relays (`CONCURRENTLY`, so it waits for the

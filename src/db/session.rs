@@ -198,6 +198,11 @@ fn relay_settings(async_commit: bool, lease: std::time::Duration) -> Vec<(&'stat
             if async_commit { "off" } else { "on" }.to_owned(),
         ),
         ("enable_seqscan", "off".to_owned()),
+        // With sequential scans off, a statement on a table no index serves (log mode's one-row
+        // `outbox_log`) is costed above `jit_above_cost`, and was JIT-compiled at every execution:
+        // 40-90 ms of LLVM for a one-row UPDATE (perf, bench/results/2026-12-07-1200-*). No relay
+        // statement runs long enough for JIT to pay.
+        ("jit", "off".to_owned()),
     ]
 }
 

@@ -15,12 +15,17 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use super::step::{dead_event_types, dead_lettered, Claimed, StepOf};
+use super::step::{count_failures, dead_event_types, Claimed, StepOf};
 use super::{Relay, RelayEvent, Report, StepError};
 use crate::db::log::{self as sql, Advance, LogRow, LogSettle, Take};
 
 /// How often a queue-mode relay looks at the switch (and whether migration 14 is in).
 const REFRESH: Duration = Duration::from_secs(1);
+
+/// How often the reader looks at the retry set while it last had nothing due (a failed event's
+/// backoff, a delayed event's due time or a requeue is met at most this late), instead of at every
+/// page: a statement per page less.
+const RETRY_LOOK: Duration = Duration::from_millis(250);
 
 /// What a relay keeps of log mode: its reader identity, the fence it last held, and the queue
 /// modes' cached view of the switch.
@@ -40,6 +45,21 @@ struct Inner {
     /// Queue modes: migration 14 seen (claims carry the guard from then on).
     migrated: bool,
     checked_at: Option<Instant>,
+    /// Log mode: when the retry set was last found with nothing due, unless something may have
+    /// come due since (events given back at once, a hand-over, a full retry batch).
+    retries_idle_since: Option<Instant>,
+    /// Log mode: the next page, read while the previous one was published.
+    prefetched: Option<Prefetched>,
+}
+
+/// A page read ahead: valid for the step whose lease (`fence`) and position (the window `hi`,
+/// after `after`) are those it was read from.
+#[derive(Debug)]
+struct Prefetched {
+    fence: i64,
+    hi: String,
+    after: (String, i64),
+    page: sql::Page,
 }
 
 impl Default for LogReader {
@@ -123,6 +143,27 @@ impl LogReader {
         (inner.fence.replace(fence) != Some(fence)).then_some(RelayEvent::LogReaderTaken { fence })
     }
 
+    /// The page read ahead for this position, if there is one (dropped otherwise).
+    fn prefetched(&self, r: &sql::Reader) -> Option<sql::Page> {
+        let p = self.lock().prefetched.take()?;
+        (p.fence == r.fence
+            && r.window_to.as_deref() == Some(p.hi.as_str())
+            && r.after.as_ref() == Some(&p.after))
+        .then_some(p.page)
+    }
+
+    /// Whether the step should read the retry set now.
+    fn look_at_retries(&self) -> bool {
+        self.lock()
+            .retries_idle_since
+            .is_none_or(|t| t.elapsed() >= RETRY_LOOK)
+    }
+
+    /// The retry set had nothing due (`idle`), or may have something due now.
+    fn retries_seen(&self, idle: bool) {
+        self.lock().retries_idle_since = idle.then(Instant::now);
+    }
+
     fn standing_by(&self, holder: Uuid) -> Option<RelayEvent> {
         let mut inner = self.lock();
         inner.fence = None;
@@ -134,8 +175,8 @@ impl LogReader {
 enum Read {
     /// Due events of the retry set.
     Retry(Vec<LogRow>),
-    /// A page of the log's batch up to `hi`.
-    Log { hi: String, page: sql::Page },
+    /// A page of the log's batch (up to its `hi`).
+    Log { page: sql::Page },
 }
 
 impl Relay {
@@ -157,7 +198,7 @@ impl Relay {
         let me = self.log.me;
         let lease = self.cfg.lease;
         let mut report = Report::default();
-        let (fence, window_open, read) = {
+        let (reader, window_open, read) = {
             let mut conn = self.db.hold().await?;
             if step.ctl.shutdown.is_cancelled() {
                 return Ok(report);
@@ -188,27 +229,38 @@ impl Relay {
                     .await?;
                 if let Some(n @ 1..) = moved {
                     report.events.push(RelayEvent::LogHandedOver { events: n });
+                    self.log.retries_seen(false);
                 }
             }
             let limit = step.limit;
             let bytes = i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX);
-            let retries = conn
-                .run(async |c| sql::read_retries(c, limit).await)
-                .await?;
-            let read = if retries.is_empty() {
-                let hi = match &reader.window_to {
-                    Some(w) => w.clone(),
-                    None => conn.run(async |c| sql::snapshot(c).await).await?,
-                };
-                let page = conn
-                    .run(async |c| sql::read_page(c, &reader, &hi, limit, bytes).await)
+            let retries = if self.log.look_at_retries() {
+                let r = conn
+                    .run(async |c| sql::read_retries(c, limit).await)
                     .await?;
-                Read::Log { hi, page }
+                self.log.retries_seen(r.is_empty());
+                r
             } else {
+                Vec::new()
+            };
+            let read = if retries.is_empty() {
+                let page = match self.log.prefetched(&reader) {
+                    Some(page) => page,
+                    None => {
+                        let hi = reader.window_to.as_deref();
+                        conn.run(async |c| sql::read_page(c, &reader, hi, limit, bytes).await)
+                            .await?
+                    }
+                };
+                Read::Log { page }
+            } else {
+                self.log.lock().prefetched = None;
                 Read::Retry(retries)
             };
-            (reader.fence, reader.window_to.is_some(), read)
+            let window_open = reader.window_to.is_some();
+            (reader, window_open, read)
         };
+        let fence = reader.fence;
 
         // What goes out now, and what the position passes without publishing it.
         let (rows, more) = match &read {
@@ -233,81 +285,113 @@ impl Relay {
             budget_reached: more,
             event: None,
         };
-        let (claim_report, published) = self.publish_claimed(claim, step).await;
-        report.events.extend(claim_report.events.iter().cloned());
-        let events = std::mem::take(&mut report.events);
-        report = Report {
-            events,
-            ..claim_report
+        // The next page of the batch is read while this one is published: reading takes no lock,
+        // and it is used only if this page's settle moves the position to just after it.
+        let ahead = match (&read, &last) {
+            (Read::Log { page }, Some(after)) if page.more => page.hi.clone().map(|hi| {
+                let next = sql::Reader {
+                    window_to: Some(hi.clone()),
+                    after: Some(after.clone()),
+                    ..reader.clone()
+                };
+                (hi, after.clone(), next)
+            }),
+            _ => None,
         };
-        let (published_rows, sorted) = published.unwrap_or_default();
-        let took_any = !sorted.published.is_empty() || !sorted.failures.is_empty();
-        let advance = match &read {
-            Read::Retry(_) => Advance::Stay,
-            // The sink took none of it (an outage, shutdown): read the page again later.
-            Read::Log { .. } if !took_any && !sorted.unpublished.is_empty() => Advance::Stay,
-            Read::Log { hi, .. } => match (&last, more) {
-                (Some((xid, id)), true) => Advance::Within {
-                    hi: hi.clone(),
-                    xid: xid.clone(),
-                    id: *id,
+        let read_ahead = async {
+            let (hi, after, next) = ahead?;
+            let (limit, bytes) = (
+                step.limit,
+                i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX),
+            );
+            let page = self
+                .db
+                .run(async |c| sql::read_page(c, &next, Some(&hi), limit, bytes).await)
+                .await
+                .ok()?;
+            Some(Prefetched {
+                fence,
+                hi,
+                after,
+                page,
+            })
+        };
+        // ... and while it is settled: the page after it is ready when the next step starts.
+        let rest = async {
+            let (claim_report, published) = self.publish_claimed(claim, step).await;
+            report.events.extend(claim_report.events.iter().cloned());
+            let events = std::mem::take(&mut report.events);
+            report = Report {
+                events,
+                ..claim_report
+            };
+            let (published_rows, sorted) = published.unwrap_or_default();
+            let took_any = !sorted.published.is_empty() || !sorted.failures.is_empty();
+            let advance = match &read {
+                Read::Retry(_) => Advance::Stay,
+                // The sink took none of it (an outage, shutdown): read the page again later.
+                Read::Log { .. } if !took_any && !sorted.unpublished.is_empty() => Advance::Stay,
+                Read::Log { page } => match (&page.hi, &last, more) {
+                    // A new batch that found nothing: nothing to pass.
+                    (None, _, _) => Advance::Stay,
+                    (Some(hi), Some((xid, id)), true) => Advance::Within {
+                        hi: hi.clone(),
+                        xid: xid.clone(),
+                        id: *id,
+                    },
+                    (Some(_), None, _) if !window_open => Advance::Stay,
+                    (Some(hi), _, _) => Advance::To { hi: hi.clone() },
                 },
-                (None, _) if !window_open => Advance::Stay,
-                _ => Advance::To { hi: hi.clone() },
-            },
-        };
-        let moves = !matches!(advance, Advance::Stay);
-        if moves {
-            let now = chrono::Utc::now();
-            later.extend(sorted.unpublished.iter().map(|id| (*id, now)));
-        }
-        let retried_out: &[i64] = match &read {
-            Read::Retry(_) => &sorted.published,
-            Read::Log { .. } => &[],
-        };
-        if !moves && sorted.failures.is_empty() && retried_out.is_empty() {
-            report.released = sorted.unpublished.len() as u64;
-            return Ok(report);
-        }
-        let settle = LogSettle {
-            retried_out,
-            failures: &sorted.failures,
-            later: if moves { &later } else { &[] },
-        };
-        let settled = self
-            .db
-            .run(async |c| sql::settle(c, me, fence, lease, &advance, &settle).await)
-            .await
-            .map_err(|source| StepError::RolledBack {
-                published: sorted.published.len() as u64,
-                source,
-            })?;
-        let Some(settled) = settled else {
-            report.lease_lost = (sorted.published.len() + sorted.failures.len()) as u64;
-            report.events.push(RelayEvent::LeaseLost {
-                rows: report.lease_lost,
-                claim_token: me,
-            });
-            return Ok(report);
-        };
-        report.published = sorted.published.len() as u64;
-        report.released = if moves {
-            0
-        } else {
-            sorted.unpublished.len() as u64
-        };
-        let failed: std::collections::HashSet<i64> = settled.failed.iter().copied().collect();
-        let types = dead_event_types(&published_rows, &sorted);
-        for f in sorted.failures.iter().filter(|f| failed.contains(&f.id)) {
-            if f.dead {
-                report.dead_lettered += 1;
-                report.events.push(dead_lettered(&types, f));
-            } else if f.counted {
-                report.retried += 1;
-            } else {
-                report.deferred += 1;
+            };
+            let moves = !matches!(advance, Advance::Stay);
+            if moves && !sorted.unpublished.is_empty() {
+                let now = chrono::Utc::now();
+                later.extend(sorted.unpublished.iter().map(|id| (*id, now)));
+                self.log.retries_seen(false);
             }
-        }
-        Ok(report)
+            let retried_out: &[i64] = match &read {
+                Read::Retry(_) => &sorted.published,
+                Read::Log { .. } => &[],
+            };
+            if !moves && sorted.failures.is_empty() && retried_out.is_empty() {
+                report.released = sorted.unpublished.len() as u64;
+                return Ok(report);
+            }
+            let settle = LogSettle {
+                retried_out,
+                failures: &sorted.failures,
+                later: if moves { &later } else { &[] },
+            };
+            let settled = self
+                .db
+                .run(async |c| sql::settle(c, me, fence, lease, &advance, &settle).await)
+                .await
+                .map_err(|source| StepError::RolledBack {
+                    published: sorted.published.len() as u64,
+                    source,
+                })?;
+            let Some(settled) = settled else {
+                report.lease_lost = (sorted.published.len() + sorted.failures.len()) as u64;
+                report.events.push(RelayEvent::LeaseLost {
+                    rows: report.lease_lost,
+                    claim_token: me,
+                });
+                return Ok(report);
+            };
+            report.published = sorted.published.len() as u64;
+            report.released = if moves {
+                0
+            } else {
+                sorted.unpublished.len() as u64
+            };
+            let failed: std::collections::HashSet<i64> = settled.failed.iter().copied().collect();
+            let types = dead_event_types(&published_rows, &sorted);
+            let settled_failures = sorted.failures.iter().filter(|f| failed.contains(&f.id));
+            count_failures(&mut report, &types, settled_failures);
+            Ok(report)
+        };
+        let (result, ahead) = tokio::join!(rest, read_ahead);
+        self.log.lock().prefetched = ahead;
+        result
     }
 }

@@ -396,16 +396,7 @@ impl Relay {
         })?;
         report.published = sorted.published.len() as u64;
         let types = dead_event_types(&rows, &sorted);
-        for f in &sorted.failures {
-            if f.dead {
-                report.dead_lettered += 1;
-                report.events.push(dead_lettered(&types, f));
-            } else if f.counted {
-                report.retried += 1;
-            } else {
-                report.deferred += 1;
-            }
-        }
+        count_failures(&mut report, &types, sorted.failures.iter());
         Ok(report)
     }
 
@@ -765,6 +756,25 @@ impl PendingSettle {
 
     fn dead_lettered(&self, f: &Failure) -> RelayEvent {
         dead_lettered(&self.dead_event_types, f)
+    }
+}
+
+/// Counts settled failures into `report`: dead letters (each with its WARN event), retries, and
+/// deferrals.
+pub(super) fn count_failures<'a>(
+    report: &mut Report,
+    types: &HashMap<i64, (String, i32)>,
+    failures: impl Iterator<Item = &'a Failure>,
+) {
+    for f in failures {
+        if f.dead {
+            report.dead_lettered += 1;
+            report.events.push(dead_lettered(types, f));
+        } else if f.counted {
+            report.retried += 1;
+        } else {
+            report.deferred += 1;
+        }
     }
 }
 

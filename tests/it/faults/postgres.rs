@@ -78,8 +78,10 @@ async fn terminated_backends_mid_drain_lose_nothing_and_lease_mode_resends_nothi
         let db = backlog_at(&crate::support::base_url(), mode).await;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.jsonl");
+        // Log mode drains several times faster: smaller pages, so the drain outlasts the rounds.
+        let batch = if mode == Mode::Log { BATCH / 5 } else { BATCH };
         let mut child = relay_to_file(&db, mode, &path)
-            .args(["--batch-size", &BATCH.to_string(), "--lease", "10s"])
+            .args(["--batch-size", &batch.to_string(), "--lease", "10s"])
             .args(["--poll-interval", "200ms"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -95,6 +97,9 @@ async fn terminated_backends_mid_drain_lose_nothing_and_lease_mode_resends_nothi
             if terminate_backends_of(&db, &child).await > 0 {
                 rounds += 1;
             }
+        }
+        if rounds < 4 {
+            let _ = child.kill(); // not left running beside the other tests
         }
         assert!(
             rounds >= 4,
@@ -121,7 +126,7 @@ async fn terminated_backends_mid_drain_lose_nothing_and_lease_mode_resends_nothi
             ),
             // The page whose settle was lost with its connection is read again.
             Mode::Log => assert!(
-                dupes <= rounds * BATCH,
+                dupes <= rounds * batch,
                 "{mode:?}: {dupes} re-sent, more than a page per round\n{log}"
             ),
         }

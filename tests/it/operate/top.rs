@@ -163,7 +163,7 @@ async fn top_in_a_terminal_shows_the_figures_lists_a_relay_and_quits_on_q() {
         "dead 2",
         "Top aggregate types by backlog",
         "invoice",
-        "Relays connected (0)",
+        "Relays connected (",
         "order.refunded",
     ] {
         assert!(screen.contains(want), "no `{want}` in\n{screen}");
@@ -193,7 +193,8 @@ async fn top_in_a_terminal_shows_the_figures_lists_a_relay_and_quits_on_q() {
     let dir = tempfile::tempdir().unwrap();
     let mut relay = crate::support::spawn_relay(&db, "lease", &dir.path().join("out.jsonl"));
     let pid = relay.id().to_string();
-    let screen = t.wait_for(&["Relays connected (1)", "ready 0 "]).await;
+    // Relays of other tests' schemas may be listed beside it: this one is found by its pid.
+    let screen = t.wait_for(&[pid.as_str(), "ready 0 "]).await;
     let row = screen
         .lines()
         .find(|l| l.contains("lease daemon"))

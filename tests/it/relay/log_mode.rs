@@ -432,3 +432,51 @@ async fn a_standby_takes_over_when_the_reader_is_killed() {
         "a relay that stops gives its lease up"
     );
 }
+
+#[tokio::test]
+async fn stats_counts_only_what_the_log_has_not_sent_and_the_retry_set() {
+    let db = enabled(8).await;
+    let before = run_json(&db, &["stats", "--json"]);
+    assert_eq!(before["ready"], 8, "{before}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 8);
+    let after = run_json(&db, &["stats", "--json"]);
+    assert_eq!(after["ready"], 0, "the log has sent them: {after}");
+    // Requeued by hand (made dead first), one is pending again, in the retry set.
+    db.exec("UPDATE outbox SET dead_lettered_at = now(), last_error = 'x', attempt_count = 3 WHERE id = 4")
+        .await;
+    run(&db, &["requeue", "4"], 0);
+    let requeued = run_json(&db, &["stats", "--json"]);
+    assert_eq!(requeued["ready"], 1, "{requeued}");
+    insert_n(&db, "new", 2).await;
+    assert_eq!(run_json(&db, &["stats", "--json"])["ready"], 3);
+}
+
+#[tokio::test]
+async fn prune_deletes_what_the_log_published_and_keeps_what_it_has_not_sent() {
+    let db = enabled(6).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 6);
+    // Event 2 waits in the retry set (requeued), 7-8 are not read yet; all are two days old.
+    db.exec("UPDATE outbox SET dead_lettered_at = now(), last_error = 'x' WHERE id = 2")
+        .await;
+    run(&db, &["requeue", "2"], 0);
+    insert_n(&db, "unread", 2).await;
+    db.exec("UPDATE outbox SET created_at = now() - interval '2 days'")
+        .await;
+    let dry = run_json(&db, &["prune", "--older-than", "1d", "--dry-run", "--json"]);
+    assert_eq!(dry["published"]["would_delete"], 5, "{dry}");
+    let report = run_json(
+        &db,
+        &["prune", "--older-than", "1d", "--batch-size", "2", "--json"],
+    );
+    assert_eq!(report["deleted"], 5, "{report}");
+    let left = crate::support::fixtures::ids(&db, "SELECT id FROM outbox ORDER BY id").await;
+    assert_eq!(left, vec![2, 7, 8]);
+    // What is left still goes out, once.
+    let summary = db.relay(sink(&out)).once_json();
+    assert_eq!(summary["published"], 3, "{summary}");
+    assert_eq!(ids_in_file(&out).len(), 9);
+}
