@@ -227,7 +227,7 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
                 .into())
             }
             // A permanent database error (a missing privilege, say): the step only wrapped it.
-            Err(e) => return Err(e.into_db().into()),
+            Err(e) => return Err(switch_or_db(e)),
         }
     } else {
         let settings = DaemonSettings {
@@ -240,7 +240,7 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
             Ok(r) => r,
             Err(e) => {
                 relay.db.close().await;
-                return Err(e.into_db().into());
+                return Err(switch_or_db(e));
             }
         }
     };
@@ -298,6 +298,15 @@ pub async fn run(args: RelayArgs, log_format: LogFormat) -> anyhow::Result<u8> {
         .into());
     }
     Ok(exit::OK)
+}
+
+/// The error a run ends with: the log switch, turned where this relay's mode cannot follow (a
+/// usage error, as at the start: exit 2), or the database error the step wrapped.
+fn switch_or_db(e: crate::relay::StepError) -> anyhow::Error {
+    match crate::relay::log::SwitchError::of(e.db()) {
+        Some(switch) => CodedError::usage(switch.to_string()).into(),
+        None => e.into_db().into(),
+    }
 }
 
 /// How the summary is written: `--json`'s object; under `--log-format json` (without `--json`) a

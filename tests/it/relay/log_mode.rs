@@ -141,7 +141,7 @@ async fn a_running_queue_relay_stops_claiming_when_log_mode_is_switched_on() {
     let status = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();
-    assert_eq!(status.status.code(), Some(1), "{}", stderr(&status));
+    assert_eq!(status.status.code(), Some(2), "{}", stderr(&status));
     assert!(
         stderr(&status).contains("log mode is switched on"),
         "{}",
@@ -479,4 +479,41 @@ async fn prune_deletes_what_the_log_published_and_keeps_what_it_has_not_sent() {
     let summary = db.relay(sink(&out)).once_json();
     assert_eq!(summary["published"], 3, "{summary}");
     assert_eq!(ids_in_file(&out).len(), 9);
+}
+
+#[tokio::test]
+async fn a_log_mode_daemon_stops_naming_the_switch_when_log_mode_is_switched_off() {
+    let db = enabled(0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    let sink = sink(&out);
+    let (child, log) =
+        spawn_capturing(&db, &["relay", "--sink", &sink, "--poll-interval", "100ms"]);
+    insert_n(&db, "a", 5).await;
+    wait_until(
+        Duration::from_secs(20),
+        "the reader publishes and settles",
+        || async {
+            ids_in_file(&out).len() == 5
+                && db.scalar::<i64>("SELECT batches FROM outbox_log").await >= 1
+        },
+    )
+    .await;
+    let off = run_json(&db, &["log", "disable", "--json"]);
+    assert_eq!(off["marked_published"], 5, "{off}");
+    let status = tokio::task::spawn_blocking(move || {
+        let mut child = child;
+        child.wait().unwrap()
+    })
+    .await
+    .unwrap();
+    // The collector may still be reading the last line when the process has exited.
+    wait_until(Duration::from_secs(5), "the error line is read", || async {
+        log.lock().unwrap().contains("log mode is switched off")
+    })
+    .await;
+    let log = log.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(2), "{log}");
+    // Queue mode carries on from there: nothing sent again.
+    assert_eq!(db.relay(&sink).mode("tx").once_json()["published"], 0);
 }
