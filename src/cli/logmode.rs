@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 
-use super::shared::{AuditArgs, DatabaseArgs, OutputArgs};
+use super::shared::{env_of, DatabaseArgs, OutputArgs, SwitchChangeArgs};
 
 /// Log mode: relays read the outbox as a log, with no write per published event.
 ///
@@ -38,19 +38,13 @@ pub enum LogModeCommand {
 ///
 /// Example: outboxctl log enable --reason 'fewer writes on the primary'
 #[derive(Debug, Args)]
+#[command(mut_args(env_of("reason", "OUTBOXCTL_LOG_REASON")))]
 pub struct LogModeChangeArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
 
-    /// Why, recorded in the audit table.
-    #[arg(long, env = "OUTBOXCTL_LOG_REASON", value_name = "TEXT")]
-    pub reason: Option<String>,
-
     #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub change: SwitchChangeArgs,
 }
 
 /// Whether log mode is on, the log's position, its reader and its retry set.

@@ -44,8 +44,8 @@ pub use logmode::{LogModeArgs, LogModeChangeArgs, LogModeCommand, LogModeStatusA
 pub use migrate::MigrateArgs;
 pub use nagios::is_nagios_check;
 pub use ordering::{
-    OnDeadArg, OrderingArgs, OrderingChangeArgs, OrderingCommand, OrderingDisableArgs,
-    OrderingEnableArgs, OrderingSkipArgs, OrderingStatusArgs, OrderingTypesArgs,
+    OnDeadArg, OrderingArgs, OrderingCommand, OrderingDisableArgs, OrderingEnableArgs,
+    OrderingSkipArgs, OrderingStatusArgs, OrderingTypesArgs,
 };
 pub use prune::PruneArgs;
 pub use publish::PublishArgs;
@@ -57,7 +57,7 @@ pub use replay::{ReplayArgs, DEFAULT_REPLAY_PUBLISH_TIMEOUT};
 pub use requeue::RequeueArgs;
 pub use shared::{
     AuditArgs, ChangeArgs, ConfirmArgs, DatabaseArgs, DryRunArgs, FilterArgs, ListArgs, LogArgs,
-    LogFormat, NoConfirm, OutputArgs, PoolerArg, SharedArgs, TargetArgs, TimeArg,
+    LogFormat, NoConfirm, OutputArgs, PoolerArg, SharedArgs, SwitchChangeArgs, TargetArgs, TimeArg,
 };
 pub use stats::{
     BacklogCheck, DeadCheck, LagCheck, RetryingCheck, StatsArgs, StatsBy, StatsCheckArgs,

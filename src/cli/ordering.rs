@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::shared::{help_of, AuditArgs, DatabaseArgs, OutputArgs};
+use super::shared::{env_of, help_of, AuditArgs, DatabaseArgs, OutputArgs, SwitchChangeArgs};
 
 /// Ordered delivery per key (tenant_id, aggregate_type, aggregate_id), switched on in the database.
 ///
@@ -47,6 +47,7 @@ pub enum OnDeadArg {
 ///
 /// Example: outboxctl ordering enable --aggregate-type order --aggregate-type invoice --on-dead block
 #[derive(Debug, Args)]
+#[command(mut_args(env_of("reason", "OUTBOXCTL_ORDERING_REASON")))]
 pub struct OrderingEnableArgs {
     #[command(flatten)]
     pub db: DatabaseArgs,
@@ -59,7 +60,7 @@ pub struct OrderingEnableArgs {
     pub on_dead: OnDeadArg,
 
     #[command(flatten)]
-    pub change: OrderingChangeArgs,
+    pub change: SwitchChangeArgs,
 }
 
 /// Switch ordered delivery off, for the named aggregate types or (without --aggregate-type)
@@ -67,6 +68,7 @@ pub struct OrderingEnableArgs {
 ///
 /// Example: outboxctl ordering disable --aggregate-type invoice
 #[derive(Debug, Args)]
+#[command(mut_args(env_of("reason", "OUTBOXCTL_ORDERING_REASON")))]
 #[command(mut_args(help_of(
     "aggregate_types",
     "An aggregate type to stop ordering (repeatable; `*` is the every-type switch); without it \
@@ -80,7 +82,7 @@ pub struct OrderingDisableArgs {
     pub types: OrderingTypesArgs,
 
     #[command(flatten)]
-    pub change: OrderingChangeArgs,
+    pub change: SwitchChangeArgs,
 }
 
 /// The aggregate types `ordering enable` and `disable` act on. `disable` says in its own help
@@ -95,21 +97,6 @@ pub struct OrderingTypesArgs {
         value_name = "TYPE"
     )]
     pub aggregate_types: Vec<String>,
-}
-
-/// What `ordering enable` and `disable` take last: why the switch changed and who changed it, for
-/// the audit trail (the skip's reason has a variable of its own), and the output format.
-#[derive(Debug, Args)]
-pub struct OrderingChangeArgs {
-    /// Why, recorded in the audit table.
-    #[arg(long, env = "OUTBOXCTL_ORDERING_REASON", value_name = "TEXT")]
-    pub reason: Option<String>,
-
-    #[command(flatten)]
-    pub audit: AuditArgs,
-
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 /// Which aggregate types are ordered, their --on-dead, and how many keys are blocked.

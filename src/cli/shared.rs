@@ -215,6 +215,28 @@ pub(super) fn help_of(id: &'static str, help: &'static str) -> impl FnMut(clap::
     move |a| if a.get_id() == id { a.help(help) } else { a }
 }
 
+/// The variable `env` for the flag `id` (for `mut_args`): a shared group of flags whose variable
+/// is named per command ([`SwitchChangeArgs`]'s `--reason`).
+pub(super) fn env_of(id: &'static str, env: &'static str) -> impl FnMut(clap::Arg) -> clap::Arg {
+    move |a| if a.get_id() == id { a.env(env) } else { a }
+}
+
+/// What the database switches' `enable` and `disable` take last (`ordering`, `log`): why the
+/// switch changed and who changed it, for the audit trail, and the output format. Each command
+/// names `--reason`'s variable ([`env_of`]).
+#[derive(Debug, Args)]
+pub struct SwitchChangeArgs {
+    /// Why, recorded in the audit table.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
 /// What a command that changes events takes after its own flags, in this order: the preview, the
 /// confirmation (`C`: [`ConfirmArgs`], or [`NoConfirm`] for a command that never asks), who acts
 /// and the output format.

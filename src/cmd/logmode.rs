@@ -32,7 +32,7 @@ struct ChangeReport {
 
 async fn change(args: LogModeChangeArgs, on: bool) -> anyhow::Result<u8> {
     let cfg = DbConfig::from_args(&args.db)?;
-    let audit = crate::ops::audit::audit(&args.audit, args.reason.as_deref())?;
+    let audit = crate::ops::audit::audit(&args.change.audit, args.change.reason.as_deref())?;
     let pool = db::pool_migrated(&cfg, 1).await?;
     db::ensure_migrated_through(&pool, &cfg, LOG_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
@@ -55,7 +55,7 @@ async fn change(args: LogModeChangeArgs, on: bool) -> anyhow::Result<u8> {
     let unlocked = sql::unlock_switch(&mut conn).await;
     let (changed, marked) = result?;
     unlocked.context("releasing the log switch's lock")?;
-    if args.output.json {
+    if args.change.output.json {
         output::print_json(&ChangeReport {
             enabled: on,
             changed,

@@ -5,8 +5,8 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::cli::{
-    OnDeadArg, OrderingArgs, OrderingChangeArgs, OrderingCommand, OrderingDisableArgs,
-    OrderingEnableArgs, OrderingSkipArgs, OrderingStatusArgs,
+    OnDeadArg, OrderingArgs, OrderingCommand, OrderingDisableArgs, OrderingEnableArgs,
+    OrderingSkipArgs, OrderingStatusArgs,
 };
 use crate::config::DbConfig;
 use crate::db::{self, audit::Audit, migrate::ORDERING_SCHEMA, ordering as sql};
@@ -209,7 +209,7 @@ async fn disable(args: OrderingDisableArgs) -> anyhow::Result<u8> {
 }
 
 /// The audit of an `ordering enable` or `disable`.
-fn switch_audit(args: &OrderingChangeArgs) -> anyhow::Result<Audit> {
+fn switch_audit(args: &crate::cli::SwitchChangeArgs) -> anyhow::Result<Audit> {
     crate::ops::audit::audit(&args.audit, args.reason.as_deref())
 }
 

@@ -195,8 +195,8 @@ pub async fn switch_off(conn: &mut PgConnection, audit: &Audit) -> sqlx::Result<
     Ok(Some(marked))
 }
 
-/// `log status`: the switch, the position and the reader.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+/// `log status`: the switch, the position and the reader (all empty while it is off).
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema, sqlx::FromRow)]
 pub struct Status {
     /// Whether log mode is on.
     pub enabled: bool,
@@ -226,27 +226,11 @@ pub struct Status {
 }
 
 pub async fn status(conn: &mut PgConnection) -> sqlx::Result<Status> {
-    let on = is_on(conn).await?;
-    if !on {
-        return Ok(Status {
-            enabled: false,
-            enabled_at: None,
-            enabled_by: None,
-            position: None,
-            window_to: None,
-            holder: None,
-            lease_until: None,
-            fence: 0,
-            batches: 0,
-            read_at: None,
-            handed_over: false,
-            retrying: 0,
-            retrying_due: 0,
-            behind: 0,
-        });
+    if !is_on(conn).await? {
+        return Ok(Status::default());
     }
-    let row = sqlx::query(&format!(
-        "SELECT l.enabled_at, l.enabled_by, l.position::text AS position,
+    sqlx::query_as(&format!(
+        "SELECT true AS enabled, l.enabled_at, l.enabled_by, l.position::text AS position,
                 l.window_to::text AS window_to, l.holder,
                 CASE WHEN l.lease_until > now() THEN l.lease_until END AS lease_until,
                 l.fence, l.batches, l.read_at, l.handed_over,
@@ -260,23 +244,7 @@ pub async fn status(conn: &mut PgConnection) -> sqlx::Result<Status> {
            FROM outbox_log l"
     ))
     .fetch_one(conn)
-    .await?;
-    Ok(Status {
-        enabled: true,
-        enabled_at: row.try_get("enabled_at")?,
-        enabled_by: row.try_get("enabled_by")?,
-        position: row.try_get("position")?,
-        window_to: row.try_get("window_to")?,
-        holder: row.try_get("holder")?,
-        lease_until: row.try_get("lease_until")?,
-        fence: row.try_get("fence")?,
-        batches: row.try_get("batches")?,
-        read_at: row.try_get("read_at")?,
-        handed_over: row.try_get("handed_over")?,
-        retrying: row.try_get("retrying")?,
-        retrying_due: row.try_get("retrying_due")?,
-        behind: row.try_get("behind")?,
-    })
+    .await
 }
 
 /// The reader's view of the log row, as its lease returned it.
