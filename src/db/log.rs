@@ -265,7 +265,7 @@ pub enum Take {
     /// Switched on, its position not yet taken ([`seal`]).
     Unsealed,
     /// Another relay holds the lease.
-    Standby { holder: Uuid, until: DateTime<Utc> },
+    Standby { holder: Uuid },
     /// Ours, until now() + the lease.
     Held(Reader),
 }
@@ -299,18 +299,14 @@ pub async fn take(conn: &mut PgConnection, me: Uuid, lease: Duration) -> sqlx::R
             handed_over: row.try_get("handed_over")?,
         }));
     }
-    let row =
-        sqlx::query("SELECT position IS NULL AS unsealed, holder, lease_until FROM outbox_log")
-            .fetch_optional(conn)
-            .await?;
+    let row = sqlx::query("SELECT position IS NULL AS unsealed, holder FROM outbox_log")
+        .fetch_optional(conn)
+        .await?;
     Ok(match row {
         None => Take::Off,
         Some(r) if r.try_get::<bool, _>("unsealed")? => Take::Unsealed,
         Some(r) => Take::Standby {
             holder: r.try_get::<Option<Uuid>, _>("holder")?.unwrap_or_default(),
-            until: r
-                .try_get::<Option<DateTime<Utc>>, _>("lease_until")?
-                .unwrap_or_else(Utc::now),
         },
     })
 }

@@ -217,7 +217,7 @@ impl Relay {
                 Take::Held(r) => r,
                 Take::Off => return Err(SwitchError::LogOff.into_sqlx().into()),
                 Take::Unsealed => return Ok(report),
-                Take::Standby { holder, .. } => {
+                Take::Standby { holder } => {
                     report.events.extend(self.log.standing_by(holder));
                     return Ok(report);
                 }

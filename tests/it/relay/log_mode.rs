@@ -11,21 +11,6 @@ use crate::support::{
     deliveries, ids_in_file, run, run_json, signal, spawn_capturing, stderr, wait_until, TestDb,
 };
 
-/// Inserts `n` ready events keyed `PREFIX-1`.. in one transaction.
-async fn insert_n(db: &TestDb, prefix: &str, n: i64) {
-    sqlx::query(
-        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
-         SELECT '00000000-0000-0000-0000-000000000001', 'order', $1 || '-' || g, 'order.placed',
-                jsonb_build_object('n', g), $1 || '-' || g
-           FROM generate_series(1, $2::bigint) g",
-    )
-    .bind(prefix)
-    .bind(n)
-    .execute(&db.pool)
-    .await
-    .expect("insert");
-}
-
 async fn enabled(n: i64) -> TestDb {
     let db = TestDb::new().await;
     run(&db, &["log", "enable"], 0);
@@ -170,7 +155,7 @@ async fn switching_on_hands_over_what_queue_mode_left_and_switching_off_hands_ba
     db.exec("UPDATE outbox SET available_at = now() + interval '1 hour' WHERE id = 13")
         .await;
     run(&db, &["log", "enable"], 0);
-    insert_n(&db, "log", 5).await; // ids 14..18, written in log mode
+    db.seed_keyed("log", 5).await; // ids 14..18, written in log mode
     let dir = tempfile::tempdir().unwrap();
     let out = file(&dir, "out.jsonl");
     let summary = db.relay(sink(&out)).once_json();
@@ -219,7 +204,7 @@ async fn switching_on_hands_over_what_queue_mode_left_and_switching_off_hands_ba
         db.relay(sink(&queue)).mode("tx").once_json()["published"],
         0
     );
-    insert_n(&db, "after", 2).await;
+    db.seed_keyed("after", 2).await;
     assert_eq!(
         db.relay(sink(&queue)).mode("tx").once_json()["published"],
         2
@@ -249,7 +234,7 @@ async fn a_long_running_producer_transaction_does_not_hold_the_log_and_is_read_a
     assert_eq!(db.relay(sink(&out)).once_json()["published"], 10);
     assert!(!ids_in_file(&out).contains(&first));
     long.commit().await.unwrap();
-    insert_n(&db, "later", 3).await;
+    db.seed_keyed("later", 3).await;
     assert_eq!(db.relay(sink(&out)).once_json()["published"], 4);
     let ids = ids_in_file(&out);
     assert_eq!(ids.len(), 14);
@@ -449,7 +434,7 @@ async fn stats_counts_only_what_the_log_has_not_sent_and_the_retry_set() {
     run(&db, &["requeue", "4"], 0);
     let requeued = run_json(&db, &["stats", "--json"]);
     assert_eq!(requeued["ready"], 1, "{requeued}");
-    insert_n(&db, "new", 2).await;
+    db.seed_keyed("new", 2).await;
     assert_eq!(run_json(&db, &["stats", "--json"])["ready"], 3);
 }
 
@@ -463,7 +448,7 @@ async fn prune_deletes_what_the_log_published_and_keeps_what_it_has_not_sent() {
     db.exec("UPDATE outbox SET dead_lettered_at = now(), last_error = 'x' WHERE id = 2")
         .await;
     run(&db, &["requeue", "2"], 0);
-    insert_n(&db, "unread", 2).await;
+    db.seed_keyed("unread", 2).await;
     db.exec("UPDATE outbox SET created_at = now() - interval '2 days'")
         .await;
     let dry = run_json(&db, &["prune", "--older-than", "1d", "--dry-run", "--json"]);
@@ -489,7 +474,7 @@ async fn a_log_mode_daemon_stops_naming_the_switch_when_log_mode_is_switched_off
     let sink = sink(&out);
     let (child, log) =
         spawn_capturing(&db, &["relay", "--sink", &sink, "--poll-interval", "100ms"]);
-    insert_n(&db, "a", 5).await;
+    db.seed_keyed("a", 5).await;
     wait_until(
         Duration::from_secs(20),
         "the reader publishes and settles",
@@ -516,4 +501,81 @@ async fn a_log_mode_daemon_stops_naming_the_switch_when_log_mode_is_switched_off
     assert_eq!(status.code(), Some(2), "{log}");
     // Queue mode carries on from there: nothing sent again.
     assert_eq!(db.relay(&sink).mode("tx").once_json()["published"], 0);
+}
+
+/// Numbers JSON parsers round (a 30-digit integer, 0.1000000000000000055, 1e400) go out as the
+/// outbox holds them, through the log as through the retry set.
+#[tokio::test]
+async fn a_payload_comes_back_digit_for_digit_from_the_log_and_the_retry_set() {
+    let db = enabled(0).await;
+    let digits = r#"{"n": 123456789012345678901234567890, "f": 0.1000000000000000055, "e": 1e400}"#;
+    for key in ["d-1", "d-2"] {
+        sqlx::query(
+            "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+             VALUES ('00000000-0000-0000-0000-000000000001', 'order', 'o', 'e', $1::jsonb, $2)",
+        )
+        .bind(digits)
+        .bind(key)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    // The second one is delayed: it goes out from the retry set.
+    db.exec(
+        "UPDATE outbox SET available_at = now() + interval '1 hour' WHERE idempotency_key = 'd-2'",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 1);
+    db.exec("UPDATE outbox SET available_at = now() WHERE idempotency_key = 'd-2'")
+        .await;
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 1);
+    let stored: String = db
+        .scalar("SELECT payload::text FROM outbox WHERE id = 1")
+        .await;
+    assert!(
+        stored.contains("123456789012345678901234567890")
+            && stored.contains("0.1000000000000000055")
+    );
+    let lines = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(lines.lines().count(), 2);
+    for line in lines.lines() {
+        assert!(
+            line.contains(&format!("\"payload\":{stored}")),
+            "{line}\nstored: {stored}"
+        );
+    }
+}
+
+/// A sink that refuses every connection for a whole run: the page is not passed and no attempt
+/// is counted; once it is back, every event goes out once.
+#[tokio::test]
+async fn a_sink_down_for_a_whole_run_leaves_the_log_where_it_was() {
+    let db = enabled(20).await;
+    let closed = crate::support::servers::ClosedPort::new();
+    let url = format!("http://127.0.0.1:{}/events", closed.port);
+    let out = db.relay(&url).args(["--max-attempts", "1"]).once(5);
+    let err = stderr(&out);
+    assert!(
+        err.contains("given back") || err.contains("unavailable"),
+        "{err}"
+    );
+    let status = run_json(&db, &["log", "status", "--json"]);
+    assert_eq!(status["behind"], 20, "{status}");
+    assert_eq!(status["retrying"], 0, "{status}");
+    assert_eq!(
+        db.count("attempt_count > 0 OR dead_lettered_at IS NOT NULL")
+            .await,
+        0
+    );
+    let server = TestServer::start_on(closed.listen(), |_| (200, vec![]));
+    assert_eq!(db.relay(server.url()).once_json()["published"], 20);
+    let mut ids: Vec<i64> = server
+        .accepted()
+        .iter()
+        .map(|r| r.json()["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=20).collect::<Vec<i64>>());
 }

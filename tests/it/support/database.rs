@@ -147,13 +147,20 @@ impl TestDb {
 
     /// Inserts `n` ready events with keys `k-1`..`k-n`, the way seed 000's producer does.
     pub async fn seed_ready(&self, n: i64) {
+        self.seed_keyed("k", n).await;
+    }
+
+    /// [`TestDb::seed_ready`] with keys `PREFIX-1`..`PREFIX-n`, in one transaction: a second
+    /// batch beside the first.
+    pub async fn seed_keyed(&self, prefix: &str, n: i64) {
         sqlx::query(
             "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
              SELECT '00000000-0000-0000-0000-000000000001', 'order', 'o-' || g, 'order.placed',
-                    jsonb_build_object('n', g), 'k-' || g
+                    jsonb_build_object('n', g), $2 || '-' || g
                FROM generate_series(1, $1::bigint) g",
         )
         .bind(n)
+        .bind(prefix)
         .execute(&self.pool)
         .await
         .expect("seed");
