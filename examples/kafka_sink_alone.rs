@@ -63,6 +63,7 @@ async fn main() {
         shutdown: tokio_util::sync::CancellationToken::new(),
         shutdown_grace: Duration::from_secs(1),
         start_by: None,
+        handed_over: Default::default(),
     };
     let start = Instant::now();
     let mut inflight = FuturesUnordered::new();

@@ -67,13 +67,11 @@ pub async fn build(
     };
     let cfg_in = cfg;
     let open = async |mode: Mode| {
-        // Log mode reads its pages one after another (the position moves in order).
-        let pipeline_depth = match mode {
-            Mode::Log => 1,
-            _ => args
-                .pipeline_depth
-                .unwrap_or_else(|| sink.default_pipeline_depth()),
-        };
+        // Log mode too: a page is read and handed to the sink while the page before it is
+        // delivered, and settled after it (the position moves in order: `relay::log`).
+        let pipeline_depth = args
+            .pipeline_depth
+            .unwrap_or_else(|| sink.default_pipeline_depth());
         // Its sessions say what they are (`db::top::relay_application_name`): `top` lists
         // relays by it. One connection per step in flight (a tx-mode step holds its own),
         // LISTEN, the heartbeat or due-time query, and /readyz; and one more per step for a

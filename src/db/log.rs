@@ -534,6 +534,9 @@ pub struct LogSettle<'a> {
     /// Events passed by the position and not published (given back, or delayed): into the
     /// retry set, due at the time given.
     pub later: &'a [(i64, DateTime<Utc>)],
+    /// A page read on from the page before it while that one was in flight: the id the position
+    /// must be just after (that page's settle moved it there), or nothing moves.
+    pub after_id: Option<i64>,
 }
 
 /// The outcome of a settle.
@@ -544,8 +547,9 @@ pub struct LogSettled {
 }
 
 /// Settles a page or a retry batch in one transaction, fenced: it moves the position and renews
-/// the lease only while `me` holds it at `fence`; otherwise nothing changes and `None` comes back
-/// (the new holder reads the same events again: at least once).
+/// the lease only while `me` holds it at `fence` (and the position is just after
+/// [`LogSettle::after_id`], when given); otherwise nothing changes and `None` comes back (the new
+/// holder reads the same events again: at least once).
 pub async fn settle(
     conn: &mut PgConnection,
     me: Uuid,
@@ -575,7 +579,7 @@ pub async fn settle(
                                 WHEN $5::pg_snapshot IS NULL THEN after_id ELSE $7::bigint END,
                 batches = batches + 1, read_at = now(),
                 lease_until = now() + $3 * interval '1 microsecond'
-          WHERE holder = $1 AND fence = $2",
+          WHERE holder = $1 AND fence = $2 AND ($8::bigint IS NULL OR after_id = $8)",
     )
     .bind(me)
     .bind(fence)
@@ -584,6 +588,7 @@ pub async fn settle(
     .bind(hi)
     .bind(xid)
     .bind(id)
+    .bind(s.after_id)
     .persistent(true)
     .execute(&mut *tx)
     .await?

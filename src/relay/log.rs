@@ -5,8 +5,11 @@
 //! One relay reads at a time: the lease is a row of `outbox_log`, renewed by every step and every
 //! settle, fenced so that a relay that lost it (a stall longer than `--lease`) changes nothing.
 //! The others stand by and take over when it lapses. A step publishes its page as the other
-//! modes publish a batch (`--concurrency` in flight); pages are read one after another, so
-//! their events reach the sink in (transaction id, id) order, page by page.
+//! modes publish a batch (`--concurrency` in flight). With `--pipeline-depth` above 1 a step
+//! started beside the one in flight reads the page after its page, hands it to the sink once
+//! that one is handed over, and settles after it, only where it left the position ([`Tail`]):
+//! events reach the sink in (transaction id, id) order, page by page, and the position moves in
+//! order.
 //!
 //! Also here: the queue modes' watch on the switch ([`LogReader::refuse_queue_claims`]).
 
@@ -34,6 +37,9 @@ pub struct LogReader {
     /// This relay's identity as the log's reader.
     pub me: Uuid,
     inner: Mutex<Inner>,
+    /// Held by a step from its start until its page is read and it is the tail: a step started
+    /// beside it (while it reads) waits, then reads on from its page instead of the same one.
+    reading: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug, Default)]
@@ -48,8 +54,42 @@ struct Inner {
     /// Log mode: when the retry set was last found with nothing due, unless something may have
     /// come due since (events given back at once, a hand-over, a full retry batch).
     retries_idle_since: Option<Instant>,
-    /// Log mode: the next page, read while the previous one was published.
+    /// Log mode: the next page, read while the previous one was published (one page in flight).
     prefetched: Option<Prefetched>,
+    /// Log mode: the newest step in flight, which a step started beside it follows.
+    tail: Option<Tail>,
+    /// The number of the step last started.
+    steps: u64,
+}
+
+/// The newest step in flight (`--pipeline-depth` above 1): a step started beside it reads the
+/// page after its page (from `end`, without waiting for the position to move), hands its page to
+/// the sink only once this one's is handed over, and settles only after this one settled, and
+/// only if that moved the position to `end`.
+#[derive(Debug)]
+struct Tail {
+    step: u64,
+    fence: i64,
+    /// Where the next page starts: the window `hi` and the page's last event. `None`: nothing
+    /// to read on from (a retry batch, the window's last page, an empty page); the next step
+    /// waits for this one to settle and reads from the position.
+    end: Option<(String, (String, i64))>,
+    handed: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// `true`: the settle moved the position to `end`.
+    settled: Option<tokio::sync::oneshot::Receiver<bool>>,
+}
+
+/// What a step took over from the step in flight before it.
+enum Before {
+    /// None in flight: read from the position.
+    Nothing,
+    /// Read on from its page.
+    Follow {
+        hi: String,
+        after: (String, i64),
+        handed: tokio::sync::oneshot::Receiver<()>,
+        settled: tokio::sync::oneshot::Receiver<bool>,
+    },
 }
 
 /// A page read ahead: valid for the step whose lease (`fence`) and position (the window `hi`,
@@ -67,6 +107,7 @@ impl Default for LogReader {
         Self {
             me: Uuid::new_v4(),
             inner: Mutex::default(),
+            reading: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -164,6 +205,70 @@ impl LogReader {
         self.lock().retries_idle_since = idle.then(Instant::now);
     }
 
+    /// The step in flight this one must wait for before it reads from the position: one with
+    /// nothing to read on from, or one read under another lease.
+    fn wait_for(&self, fence: Option<i64>) -> Option<tokio::sync::oneshot::Receiver<bool>> {
+        let mut inner = self.lock();
+        let tail = inner.tail.as_mut()?;
+        if tail.end.is_some() && fence.is_none_or(|f| f == tail.fence) {
+            return None;
+        }
+        tail.settled.take()
+    }
+
+    /// Starts step `step`: takes what it follows, and makes it the tail (its end set once read).
+    fn start(&self, fence: i64) -> (u64, Before) {
+        let mut inner = self.lock();
+        inner.steps += 1;
+        let step = inner.steps;
+        let before = match inner.tail.take() {
+            Some(Tail {
+                fence: f,
+                end: Some((hi, after)),
+                handed: Some(handed),
+                settled: Some(settled),
+                ..
+            }) if f == fence => Before::Follow {
+                hi,
+                after,
+                handed,
+                settled,
+            },
+            _ => Before::Nothing,
+        };
+        (step, before)
+    }
+
+    /// Makes step `step`'s page the one a step beside it follows.
+    fn read(
+        &self,
+        step: u64,
+        fence: i64,
+        end: Option<(String, (String, i64))>,
+    ) -> (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::sync::oneshot::Sender<bool>,
+    ) {
+        let (handed_tx, handed) = tokio::sync::oneshot::channel();
+        let (settled_tx, settled) = tokio::sync::oneshot::channel();
+        self.lock().tail = Some(Tail {
+            step,
+            fence,
+            end,
+            handed: Some(handed),
+            settled: Some(settled),
+        });
+        (handed_tx, settled_tx)
+    }
+
+    /// Step `step` ended: nothing follows it any more.
+    fn ended(&self, step: u64) {
+        let mut inner = self.lock();
+        if inner.tail.as_ref().is_some_and(|t| t.step == step) {
+            inner.tail = None;
+        }
+    }
+
     fn standing_by(&self, holder: Uuid) -> Option<RelayEvent> {
         let mut inner = self.lock();
         inner.fence = None;
@@ -198,7 +303,18 @@ impl Relay {
         let me = self.log.me;
         let lease = self.cfg.lease;
         let mut report = Report::default();
-        let (reader, window_open, read) = {
+        let reading = self.log.reading.lock().await;
+        // A step in flight whose page this one cannot read on from: wait for its settle, then
+        // read from the position it leaves.
+        if let Some(settled) = self.log.wait_for(None) {
+            let _ = settled.await;
+        }
+        let limit = step.limit;
+        let bytes = i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX);
+        // One page in flight: the next is read ahead while it is published and settled. More:
+        // the steps beside it read the pages after it.
+        let read_ahead_on = self.cfg.pipeline_depth <= 1;
+        let (reader, window_open, read, n, before) = {
             let mut conn = self.db.hold().await?;
             if step.ctl.shutdown.is_cancelled() {
                 return Ok(report);
@@ -223,44 +339,54 @@ impl Relay {
                 }
             };
             report.events.extend(self.log.held(reader.fence));
-            if !reader.handed_over {
-                let moved = conn
-                    .run(async |c| sql::hand_over(c, me, reader.fence).await)
-                    .await?;
-                if let Some(n @ 1..) = moved {
-                    report.events.push(RelayEvent::LogHandedOver { events: n });
-                    self.log.retries_seen(false);
+            let (n, before) = self.log.start(reader.fence);
+            let read = match &before {
+                Before::Follow { hi, after, .. } => {
+                    let next = sql::Reader {
+                        window_to: Some(hi.clone()),
+                        after: Some(after.clone()),
+                        ..reader.clone()
+                    };
+                    let page = conn
+                        .run(async |c| sql::read_page(c, &next, Some(hi), limit, bytes).await)
+                        .await;
+                    let page = match page {
+                        Ok(page) => page,
+                        Err(e) => {
+                            self.log.ended(n);
+                            return Err(e.into());
+                        }
+                    };
+                    Read::Log { page }
                 }
-            }
-            let limit = step.limit;
-            let bytes = i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX);
-            let retries = if self.log.look_at_retries() {
-                let r = conn
-                    .run(async |c| sql::read_retries(c, limit).await)
-                    .await?;
-                self.log.retries_seen(r.is_empty());
-                r
-            } else {
-                Vec::new()
-            };
-            let read = if retries.is_empty() {
-                let page = match self.log.prefetched(&reader) {
-                    Some(page) => page,
-                    None => {
-                        let hi = reader.window_to.as_deref();
-                        conn.run(async |c| sql::read_page(c, &reader, hi, limit, bytes).await)
-                            .await?
+                Before::Nothing => match self
+                    .read_from_position(&mut conn, &reader, step, &mut report)
+                    .await
+                {
+                    Ok(read) => read,
+                    Err(e) => {
+                        self.log.ended(n);
+                        return Err(e);
                     }
-                };
-                Read::Log { page }
-            } else {
-                self.log.lock().prefetched = None;
-                Read::Retry(retries)
+                },
             };
-            let window_open = reader.window_to.is_some();
-            (reader, window_open, read)
+            let window_open = match &before {
+                Before::Follow { .. } => true,
+                Before::Nothing => reader.window_to.is_some(),
+            };
+            (reader, window_open, read, n, before)
         };
         let fence = reader.fence;
+        let after_id = match &before {
+            Before::Follow { after, .. } => Some(after.1),
+            Before::Nothing => None,
+        };
+        let (handed_before, settled_before) = match before {
+            Before::Follow {
+                handed, settled, ..
+            } => (Some(handed), Some(settled)),
+            Before::Nothing => (None, None),
+        };
 
         // What goes out now, and what the position passes without publishing it.
         let (rows, more) = match &read {
@@ -279,6 +405,16 @@ impl Relay {
             .map(|r| r.event.clone())
             .collect();
         let last = rows.last().map(|r| (r.xid.clone(), r.event.id));
+        // Where a step beside this one reads on from: after this page, within its window.
+        let end = match (&read, &last) {
+            (Read::Log { page }, Some(after)) if page.more => {
+                page.hi.clone().map(|hi| (hi, after.clone()))
+            }
+            _ => None,
+        };
+        let (handed_tx, settled_tx) = self.log.read(n, fence, end.clone());
+        drop(reading);
+        step.ctl.handed_over.arm(handed_tx);
         let claim = Claimed {
             rows: publishable,
             ordered_from: usize::MAX,
@@ -287,23 +423,16 @@ impl Relay {
         };
         // The next page of the batch is read while this one is published: reading takes no lock,
         // and it is used only if this page's settle moves the position to just after it.
-        let ahead = match (&read, &last) {
-            (Read::Log { page }, Some(after)) if page.more => page.hi.clone().map(|hi| {
-                let next = sql::Reader {
-                    window_to: Some(hi.clone()),
-                    after: Some(after.clone()),
-                    ..reader.clone()
-                };
-                (hi, after.clone(), next)
-            }),
-            _ => None,
-        };
+        let ahead = end.filter(|_| read_ahead_on).map(|(hi, after)| {
+            let next = sql::Reader {
+                window_to: Some(hi.clone()),
+                after: Some(after.clone()),
+                ..reader.clone()
+            };
+            (hi, after, next)
+        });
         let read_ahead = async {
             let (hi, after, next) = ahead?;
-            let (limit, bytes) = (
-                step.limit,
-                i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX),
-            );
             let page = self
                 .db
                 .run(async |c| sql::read_page(c, &next, Some(&hi), limit, bytes).await)
@@ -318,6 +447,17 @@ impl Relay {
         };
         // ... and while it is settled: the page after it is ready when the next step starts.
         let rest = async {
+            let given_back = |mut report: Report| {
+                report.released = rows.len() as u64;
+                Ok(report)
+            };
+            // The page before this one goes to the sink first, whole; not handed over (it failed
+            // before its publish, or shutdown): this one is read again after it.
+            if let Some(handed) = handed_before {
+                if handed.await.is_err() {
+                    return given_back(report);
+                }
+            }
             let (claim_report, published) = self.publish_claimed(claim, step).await;
             report.events.extend(claim_report.events.iter().cloned());
             let events = std::mem::take(&mut report.events);
@@ -326,6 +466,13 @@ impl Relay {
                 ..claim_report
             };
             let (published_rows, sorted) = published.unwrap_or_default();
+            // Settled after the page before it, and only where that one left the position: if it
+            // did not move there, this page is read (and sent) again after it.
+            if let Some(settled) = settled_before {
+                if !matches!(settled.await, Ok(true)) {
+                    return given_back(report);
+                }
+            }
             let took_any = !sorted.published.is_empty() || !sorted.failures.is_empty();
             let advance = match &read {
                 Read::Retry(_) => Advance::Stay,
@@ -361,6 +508,7 @@ impl Relay {
                 retried_out,
                 failures: &sorted.failures,
                 later: if moves { &later } else { &[] },
+                after_id,
             };
             let settled = self
                 .db
@@ -378,6 +526,7 @@ impl Relay {
                 });
                 return Ok(report);
             };
+            let _ = settled_tx.send(moves);
             report.published = sorted.published.len() as u64;
             report.released = if moves {
                 0
@@ -391,7 +540,56 @@ impl Relay {
             Ok(report)
         };
         let (result, ahead) = tokio::join!(rest, read_ahead);
-        self.log.lock().prefetched = ahead;
+        if read_ahead_on {
+            self.log.lock().prefetched = ahead;
+        }
+        self.log.ended(n);
         result
+    }
+
+    /// What a step reads when no step in flight is read on from: the hand-over from queue mode
+    /// once, the retry set's due events (at most every [`RETRY_LOOK`] while it had none), else
+    /// the page at the position (the one read ahead, if it is for this position).
+    async fn read_from_position(
+        &self,
+        conn: &mut crate::db::session::Held<'_>,
+        reader: &sql::Reader,
+        step: &StepOf<'_>,
+        report: &mut Report,
+    ) -> Result<Read, StepError> {
+        let me = self.log.me;
+        if !reader.handed_over {
+            let moved = conn
+                .run(async |c| sql::hand_over(c, me, reader.fence).await)
+                .await?;
+            if let Some(n @ 1..) = moved {
+                report.events.push(RelayEvent::LogHandedOver { events: n });
+                self.log.retries_seen(false);
+            }
+        }
+        let limit = step.limit;
+        let bytes = i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX);
+        let retries = if self.log.look_at_retries() {
+            let r = conn
+                .run(async |c| sql::read_retries(c, limit).await)
+                .await?;
+            self.log.retries_seen(r.is_empty());
+            r
+        } else {
+            Vec::new()
+        };
+        if !retries.is_empty() {
+            self.log.lock().prefetched = None;
+            return Ok(Read::Retry(retries));
+        }
+        let page = match self.log.prefetched(reader) {
+            Some(page) => page,
+            None => {
+                let hi = reader.window_to.as_deref();
+                conn.run(async |c| sql::read_page(c, reader, hi, limit, bytes).await)
+                    .await?
+            }
+        };
+        Ok(Read::Log { page })
     }
 }

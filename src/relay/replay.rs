@@ -224,6 +224,7 @@ impl Sender<'_> {
                 shutdown: self.shutdown.clone(),
                 shutdown_grace: self.cfg.publish_timeout,
                 start_by: None,
+                handed_over: Default::default(),
             };
             let mut outcomes = self.sink.publish(&pending, &ctl).await;
             let _ = batch_verdict(&mut outcomes);

@@ -222,6 +222,7 @@ impl Relay {
                 tokio::time::Instant::now()
                     + self.cfg.lease.saturating_sub(self.cfg.publish_timeout),
             ),
+            handed_over: Default::default(),
         };
         let step = StepOf {
             limit,
@@ -429,6 +430,7 @@ impl Relay {
         }
         let publish_started = tokio::time::Instant::now();
         let outcomes = self.publish(&rows, claim.ordered_from, &step.ctl).await;
+        step.ctl.handed_over.fire();
         report.publish_elapsed = Some(publish_started.elapsed());
         self.failpoint_after_publish().await;
         let sorted = self.sort_outcomes(&rows, outcomes, &mut report);

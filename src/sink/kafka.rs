@@ -640,6 +640,8 @@ impl Sink for KafkaSink {
                 }
             }
         }
+        // Every event is in the producer's queue, in order: a later batch may follow it.
+        ctl.handed_over.fire();
         let grace = async {
             ctl.shutdown.cancelled().await;
             tokio::time::sleep(ctl.shutdown_grace).await;

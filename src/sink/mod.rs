@@ -225,6 +225,30 @@ pub struct PublishCtl {
     /// Start no publish after this instant: one started later could outlive the claim (the
     /// lease, or the tx-mode transaction's idle timeout). Such events are `NotStarted`.
     pub start_by: Option<tokio::time::Instant>,
+    /// Told once the whole batch is handed to the sink in order: what a later batch's publish
+    /// waits for, so that two batches in flight reach a sink that keeps a key's order
+    /// ([`Sink::keeps_key_order`]) one after the other.
+    pub handed_over: HandedOver,
+}
+
+/// A batch's hand-over to its sink: [`HandedOver::fire`]d by a sink that keeps a key's order
+/// once every event is in its queue (Kafka: produced, deliveries outstanding), and by the relay
+/// when the publish returns (every sink). Dropped unfired: the batch was not handed over.
+#[derive(Debug, Clone, Default)]
+pub struct HandedOver(std::sync::Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>>);
+
+impl HandedOver {
+    /// Whom to tell (replaces whoever was to be told).
+    pub fn arm(&self, tx: tokio::sync::oneshot::Sender<()>) {
+        *self.0.lock().expect("hand-over lock") = Some(tx);
+    }
+
+    /// Tells it, once; later calls do nothing.
+    pub fn fire(&self) {
+        if let Some(tx) = self.0.lock().expect("hand-over lock").take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// A destination for events.

@@ -579,3 +579,56 @@ async fn a_sink_down_for_a_whole_run_leaves_the_log_where_it_was() {
     ids.sort_unstable();
     assert_eq!(ids, (1..=20).collect::<Vec<i64>>());
 }
+
+/// Two pages in flight (`--pipeline-depth 2`): the sink refuses the first page whole (503 for
+/// each of its events: the sink is down for it) and takes the second, read and sent beside it.
+/// The second page is not settled past the first: the position stays where it was, and once the
+/// sink takes the first page every event has arrived, only pages after the first sent again.
+#[tokio::test]
+async fn a_page_in_flight_is_not_passed_while_the_page_before_it_is_refused() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let db = enabled(300).await;
+    let refuse = std::sync::Arc::new(AtomicBool::new(true));
+    let refusing = refuse.clone();
+    let server = TestServer::start(0, move |r| {
+        let first_page = r.json()["id"].as_i64().unwrap() <= 100;
+        if first_page && refusing.load(Ordering::SeqCst) {
+            (503, vec![])
+        } else {
+            (200, vec![])
+        }
+    });
+    let relay = |code| {
+        db.relay(server.url())
+            .args(["--batch-size", "100", "--pipeline-depth", "2"])
+            .once(code)
+    };
+    let out = relay(5);
+    let status = run_json(&db, &["log", "status", "--json"]);
+    assert_eq!(status["behind"], 300, "{status}\n{}", stderr(&out));
+    assert_eq!(status["retrying"], 0, "{status}");
+    let taken = |server: &TestServer| -> Vec<i64> {
+        server
+            .accepted()
+            .iter()
+            .map(|r| r.json()["id"].as_i64().unwrap())
+            .collect()
+    };
+    let first = taken(&server);
+    assert!(
+        first.iter().any(|&id| id > 100),
+        "the second page was sent beside the first: {first:?}\n{}",
+        stderr(&out)
+    );
+    refuse.store(false, Ordering::SeqCst);
+    relay(0);
+    let all = taken(&server);
+    let mut distinct = all.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct, (1..=300).collect::<Vec<i64>>(), "nothing lost");
+    for id in 1..=100 {
+        assert_eq!(all.iter().filter(|&&i| i == id).count(), 1, "id {id} once");
+    }
+    assert_eq!(run_json(&db, &["log", "status", "--json"])["behind"], 0);
+}
