@@ -216,27 +216,30 @@ impl LogReader {
         tail.settled.take()
     }
 
-    /// Starts step `step`: takes what it follows, and makes it the tail (its end set once read).
-    fn start(&self, fence: i64) -> (u64, Before) {
+    /// Starts a step: its number, and what it follows (read under the lease `fence`).
+    fn start(&self) -> (u64, Before, Option<i64>) {
         let mut inner = self.lock();
         inner.steps += 1;
         let step = inner.steps;
-        let before = match inner.tail.take() {
+        match inner.tail.take() {
             Some(Tail {
-                fence: f,
+                fence,
                 end: Some((hi, after)),
                 handed: Some(handed),
                 settled: Some(settled),
                 ..
-            }) if f == fence => Before::Follow {
-                hi,
-                after,
-                handed,
-                settled,
-            },
-            _ => Before::Nothing,
-        };
-        (step, before)
+            }) => (
+                step,
+                Before::Follow {
+                    hi,
+                    after,
+                    handed,
+                    settled,
+                },
+                Some(fence),
+            ),
+            _ => (step, Before::Nothing, None),
+        }
     }
 
     /// Makes step `step`'s page the one a step beside it follows.
@@ -259,6 +262,15 @@ impl LogReader {
             settled: Some(settled),
         });
         (handed_tx, settled_tx)
+    }
+
+    /// A page's settle did not move the position to its end: the step that follows it (if one
+    /// does) gives its page back, and the step after that is not to read on from it but to wait
+    /// for it and read from the position.
+    fn break_chain(&self) {
+        if let Some(tail) = self.lock().tail.as_mut() {
+            tail.end = None;
+        }
     }
 
     /// Step `step` ended: nothing follows it any more.
@@ -314,8 +326,17 @@ impl Relay {
         // One page in flight: the next is read ahead while it is published and settled. More:
         // the steps beside it read the pages after it.
         let read_ahead_on = self.cfg.pipeline_depth <= 1;
-        let (reader, window_open, read, n, before) = {
-            let mut conn = self.db.hold().await?;
+        // What this step follows is taken before the position is read: a step in flight that
+        // ends meanwhile has settled first, so the position read after it is where it left it.
+        let (n, before, before_fence) = self.log.start();
+        let (reader, window_open, read, before) = {
+            let mut conn = match self.db.hold().await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    self.log.ended(n);
+                    return Err(e.into());
+                }
+            };
             if step.ctl.shutdown.is_cancelled() {
                 return Ok(report);
             }
@@ -339,7 +360,11 @@ impl Relay {
                 }
             };
             report.events.extend(self.log.held(reader.fence));
-            let (n, before) = self.log.start(reader.fence);
+            // Read under another lease: its settle changes nothing, so the position stands.
+            let before = match before {
+                Before::Follow { .. } if before_fence != Some(reader.fence) => Before::Nothing,
+                before => before,
+            };
             let read = match &before {
                 Before::Follow { hi, after, .. } => {
                     let next = sql::Reader {
@@ -374,7 +399,7 @@ impl Relay {
                 Before::Follow { .. } => true,
                 Before::Nothing => reader.window_to.is_some(),
             };
-            (reader, window_open, read, n, before)
+            (reader, window_open, read, before)
         };
         let fence = reader.fence;
         let after_id = match &before {
@@ -446,6 +471,7 @@ impl Relay {
             })
         };
         // ... and while it is settled: the page after it is ready when the next step starts.
+        let moved = std::sync::atomic::AtomicBool::new(false);
         let rest = async {
             let given_back = |mut report: Report| {
                 report.released = rows.len() as u64;
@@ -526,6 +552,7 @@ impl Relay {
                 });
                 return Ok(report);
             };
+            moved.store(moves, std::sync::atomic::Ordering::Relaxed);
             let _ = settled_tx.send(moves);
             report.published = sorted.published.len() as u64;
             report.released = if moves {
@@ -542,6 +569,9 @@ impl Relay {
         let (result, ahead) = tokio::join!(rest, read_ahead);
         if read_ahead_on {
             self.log.lock().prefetched = ahead;
+        }
+        if matches!(read, Read::Log { .. }) && !moved.load(std::sync::atomic::Ordering::Relaxed) {
+            self.log.break_chain();
         }
         self.log.ended(n);
         result
