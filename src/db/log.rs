@@ -273,9 +273,10 @@ pub enum Take {
 /// Takes (or renews) the reader's lease for `me`: free, lapsed or already ours. A relay that
 /// takes it from another raises the fence, so the other's later settles change nothing.
 ///
-/// A lease of ours with more than half of it left (every settle renews it) is only read: a
-/// write would cost a commit's WAL flush per page besides the settle's (on this machine's disk
-/// about 4 ms each: `bench/results/2026-12-07-1545-log-take-read-only.log`).
+/// A lease of ours with more than half of it left (every settle renews it) is only read, so a
+/// page costs one write and one commit, its settle's: a row version and a WAL flush less per page
+/// (the drain to the null sink did not change measurably: old and new binary alternating,
+/// `bench/results/2026-12-07-1630-log-mode-ab-old-new.log`).
 pub async fn take(conn: &mut PgConnection, me: Uuid, lease: Duration) -> sqlx::Result<Take> {
     let micros = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
     let row = sqlx::query(
