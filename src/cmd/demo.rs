@@ -156,7 +156,8 @@ async fn show_stats(conn: &mut sqlx::PgConnection, schema: &Schema) -> anyhow::R
             f.ready.to_string(),
             f.scheduled.to_string(),
             f.dead_lettered.to_string(),
-            f.published_last_hour.to_string(),
+            f.published_last_hour
+                .map_or_else(|| "-".into(), |n| n.to_string()),
         ]);
     }
     output::note(output::render_table(&t));

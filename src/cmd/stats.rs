@@ -170,15 +170,16 @@ pub fn prometheus(r: &StatsReport) -> String {
         each(&|f| f.retrying as f64),
     );
     let mut recent = Vec::new();
+    // None in log mode: no sample rather than a wrong 0.
     for (labels, f) in &rows {
-        recent.push((
-            format!("{labels},window=\"1m\""),
-            f.published_last_minute as f64,
-        ));
-        recent.push((
-            format!("{labels},window=\"1h\""),
-            f.published_last_hour as f64,
-        ));
+        for (window, n) in [
+            ("1m", f.published_last_minute),
+            ("1h", f.published_last_hour),
+        ] {
+            if let Some(n) = n {
+                recent.push((format!("{labels},window=\"{window}\""), n as f64));
+            }
+        }
     }
     family(
         "outboxctl_recently_published_events",
@@ -525,6 +526,11 @@ fn lag(secs: f64) -> String {
     output::human_duration(std::time::Duration::from_secs_f64(secs))
 }
 
+/// A count, or `-` where it is not known (log mode's publishes by time).
+fn count_or_dash(n: Option<i64>) -> String {
+    n.map_or_else(|| "-".into(), |n| n.to_string())
+}
+
 fn print_human(r: &StatsReport) -> anyhow::Result<()> {
     let first = [r.by.as_deref().unwrap_or("outbox")];
     let rest = [
@@ -541,8 +547,8 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
         let mut cells = vec![name.to_owned()];
         cells.extend(f.backlog_cells());
         cells.extend([
-            f.published_last_minute.to_string(),
-            f.published_last_hour.to_string(),
+            count_or_dash(f.published_last_minute),
+            count_or_dash(f.published_last_hour),
             lag(f.oldest_pending_lag_seconds),
             lag(f.oldest_ready_lag_seconds),
             lag(f.oldest_ready_age_seconds),
@@ -567,9 +573,21 @@ fn print_human(r: &StatsReport) -> anyhow::Result<()> {
         ),
     );
     output::print_table(&t)?;
+    let throughput = match (r.throughput_per_second, &r.log) {
+        (Some(t), _) => format!("throughput {t:.1}/s over the last minute"),
+        (None, Some(l)) => format!(
+            "throughput unknown in log mode (the log marks no row it publishes): {} read, the last {}, {} behind, {} in the retry set",
+            output::plural(l.batches as u64, "page", "pages"),
+            l.read_at
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_else(|| "never".into()),
+            output::plural(l.behind as u64, "event", "events"),
+            l.retrying
+        ),
+        (None, None) => "throughput unknown".into(),
+    };
     output::print_line(format_args!(
-        "throughput {:.1}/s over the last minute; next scheduled event {}; {}",
-        r.throughput_per_second,
+        "{throughput}; next scheduled event {}; {}",
         r.total
             .next_due_at
             .map(|t| t.to_rfc3339())

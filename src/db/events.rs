@@ -39,6 +39,58 @@ pub const STATE_SQL: &str = "CASE WHEN published_at IS NOT NULL THEN 'published'
      WHEN available_at > now() THEN 'scheduled' \
      ELSE 'ready' END";
 
+/// [`STATE_SQL`] while log mode is on, for a row `o`: an event the log passed and did not keep
+/// in the retry set is published ([`super::log::PUBLISHED`], with no `published_at`), and one in
+/// the retry set is due at its entry's time ([`super::log::DUE_AT`]). The same as [`STATE_SQL`]
+/// while log mode is off; read only while it is on, so queue mode's statements and plans stay
+/// as they are.
+static LOG_STATE_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "CASE WHEN o.published_at IS NOT NULL THEN 'published' \
+         WHEN o.dead_lettered_at IS NOT NULL THEN 'dead' \
+         WHEN {} THEN 'published' \
+         WHEN o.locked_until >= now() THEN 'in-flight' \
+         WHEN {} > now() THEN 'scheduled' \
+         ELSE 'ready' END",
+        *super::log::PUBLISHED,
+        super::log::DUE_AT
+    )
+});
+
+/// Which state SQL a statement uses: queue mode's, or log mode's while it is switched on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Queue,
+    Log,
+}
+
+impl Mode {
+    async fn of(conn: &mut PgConnection) -> sqlx::Result<Mode> {
+        Ok(if super::log::is_on(conn).await? {
+            Mode::Log
+        } else {
+            Mode::Queue
+        })
+    }
+
+    /// The state of row `o` ([`STATE_SQL`] or [`LOG_STATE_SQL`]).
+    fn state_sql(self) -> &'static str {
+        match self {
+            Mode::Queue => STATE_SQL,
+            Mode::Log => &LOG_STATE_SQL,
+        }
+    }
+
+    /// What a change adds to its WHERE so it leaves what the log published alone (nothing in
+    /// queue mode, where `published_at IS NULL` says it).
+    fn not_published(self) -> String {
+        match self {
+            Mode::Queue => String::new(),
+            Mode::Log => format!(" AND ({}) <> 'published'", *LOG_STATE_SQL),
+        }
+    }
+}
+
 impl EventState {
     pub const ALL: [EventState; 5] = [
         EventState::Ready,
@@ -58,8 +110,12 @@ impl EventState {
         }
     }
 
-    /// A WHERE fragment matching exactly the rows [`STATE_SQL`] calls `self`.
-    fn predicate(self) -> &'static str {
+    /// A WHERE fragment matching exactly the rows the mode's state SQL calls `self`. In log
+    /// mode the state itself (the dead keep queue mode's, which log mode computes alike).
+    fn predicate(self, mode: Mode) -> std::borrow::Cow<'static, str> {
+        if mode == Mode::Log && self != EventState::Dead {
+            return format!("(({}) = '{}')", *LOG_STATE_SQL, self.as_str()).into();
+        }
         match self {
             EventState::Ready => {
                 "(published_at IS NULL AND dead_lettered_at IS NULL AND available_at <= now() \
@@ -75,6 +131,7 @@ impl EventState {
             EventState::Published => "(published_at IS NOT NULL)",
             EventState::Dead => "(dead_lettered_at IS NOT NULL AND published_at IS NULL)",
         }
+        .into()
     }
 }
 
@@ -123,20 +180,36 @@ pub struct EventRow {
     pub locked_until: Option<Timestamp>,
     /// The last claim's token.
     pub claim_token: Option<Uuid>,
+    /// When the relay marked it published; null for an event the log published (log mode
+    /// writes no row per event: see `published_by_log`).
     pub published_at: Option<Timestamp>,
     pub dead_lettered_at: Option<Timestamp>,
     /// The last publish error, whole.
     pub last_error: Option<String>,
+    /// Published by the log (log mode): its position has passed the event, which is not in the
+    /// retry set. Such an event has no `published_at`.
+    #[sqlx(default)]
+    pub published_by_log: bool,
 }
 
-fn push_columns(qb: &mut QueryBuilder<'_, Postgres>) {
+/// The columns of [`EventRow`]. In log mode `available_at` is when the event is due
+/// ([`super::log::DUE_AT`]: a retry-set entry's time is the one the reader goes by).
+fn push_columns(qb: &mut QueryBuilder<'_, Postgres>, mode: Mode) {
     qb.push(
         "SELECT id, tenant_id, event_type, aggregate_type, aggregate_id, idempotency_key, \
-         payload::text AS payload, headers::text AS headers, attempt_count, created_at, \
-         available_at, locked_until, claim_token, published_at, dead_lettered_at, last_error, ",
+         payload::text AS payload, headers::text AS headers, attempt_count, created_at, ",
     );
-    qb.push(STATE_SQL);
-    qb.push(" AS state FROM outbox");
+    match mode {
+        Mode::Queue => qb.push("available_at, "),
+        Mode::Log => qb
+            .push(super::log::DUE_AT)
+            .push(" AS available_at, (o.published_at IS NULL AND ")
+            .push(LOG_STATE_SQL.as_str())
+            .push(" = 'published') AS published_by_log, "),
+    };
+    qb.push("locked_until, claim_token, published_at, dead_lettered_at, last_error, ");
+    qb.push(mode.state_sql());
+    qb.push(" AS state FROM outbox o");
 }
 
 /// Which rows a read looks at, and by which time column `--since`/`--until` filter.
@@ -156,10 +229,10 @@ impl Scope<'_> {
         }
     }
 
-    fn push_predicate(self, qb: &mut QueryBuilder<'_, Postgres>) {
+    fn push_predicate(self, qb: &mut QueryBuilder<'_, Postgres>, mode: Mode) {
         match self {
             Scope::Dead => {
-                qb.push(EventState::Dead.predicate());
+                qb.push(EventState::Dead.predicate(mode));
             }
             Scope::States([]) => {
                 qb.push("TRUE");
@@ -170,7 +243,7 @@ impl Scope<'_> {
                     if i > 0 {
                         qb.push(" OR ");
                     }
-                    qb.push(s.predicate());
+                    qb.push(s.predicate(mode));
                 }
                 qb.push(")");
             }
@@ -236,12 +309,13 @@ pub fn push_filter(qb: &mut QueryBuilder<'_, Postgres>, f: &EventFilter, time_co
 /// first.
 fn push_selection(
     qb: &mut QueryBuilder<'_, Postgres>,
+    mode: Mode,
     scope: Scope<'_>,
     filter: &EventFilter,
     ids: Option<&[i64]>,
 ) {
     qb.push(" WHERE ");
-    scope.push_predicate(qb);
+    scope.push_predicate(qb, mode);
     if let Some(ids) = ids {
         qb.push(" AND id = ANY(").push_bind(ids.to_vec()).push(")");
     }
@@ -262,9 +336,10 @@ pub async fn list(
     ids: Option<&[i64]>,
     limit: Option<u64>,
 ) -> sqlx::Result<Vec<EventRow>> {
+    let mode = Mode::of(conn).await?;
     let mut qb = QueryBuilder::new("");
-    push_columns(&mut qb);
-    push_selection(&mut qb, scope, filter, ids);
+    push_columns(&mut qb, mode);
+    push_selection(&mut qb, mode, scope, filter, ids);
     push_limit(&mut qb, limit);
     qb.build_query_as().fetch_all(conn).await
 }
@@ -280,9 +355,10 @@ pub async fn for_each<E: From<sqlx::Error>>(
     mut each: impl FnMut(EventRow) -> Result<(), E>,
 ) -> Result<u64, E> {
     use futures::TryStreamExt;
+    let mode = Mode::of(conn).await?;
     let mut qb = QueryBuilder::new("");
-    push_columns(&mut qb);
-    push_selection(&mut qb, scope, filter, ids);
+    push_columns(&mut qb, mode);
+    push_selection(&mut qb, mode, scope, filter, ids);
     push_limit(&mut qb, limit);
     let mut rows = qb.build_query_as::<EventRow>().fetch(conn);
     let mut n = 0;
@@ -303,8 +379,9 @@ pub async fn count(
     ids: Option<&[i64]>,
     limit: Option<u64>,
 ) -> sqlx::Result<u64> {
-    let mut qb = QueryBuilder::new("SELECT count(*) FROM (SELECT 1 FROM outbox");
-    push_selection(&mut qb, scope, filter, ids);
+    let mode = Mode::of(conn).await?;
+    let mut qb = QueryBuilder::new("SELECT count(*) FROM (SELECT 1 FROM outbox o");
+    push_selection(&mut qb, mode, scope, filter, ids);
     push_limit(&mut qb, limit);
     qb.push(") matching");
     let n: i64 = qb.build_query_scalar().fetch_one(conn).await?;
@@ -331,8 +408,9 @@ pub async fn dead_ids(
     ids: Option<&[i64]>,
     limit: Option<u64>,
 ) -> sqlx::Result<Vec<i64>> {
-    let mut qb = QueryBuilder::new("SELECT id FROM outbox WHERE ");
-    Scope::Dead.push_predicate(&mut qb);
+    let mode = Mode::of(conn).await?;
+    let mut qb = QueryBuilder::new("SELECT id FROM outbox o WHERE ");
+    Scope::Dead.push_predicate(&mut qb, mode);
     if let Some(ids) = ids {
         qb.push(" AND id = ANY(").push_bind(ids.to_vec()).push(")");
     }
@@ -351,8 +429,9 @@ pub async fn matching_ids(
     filter: &EventFilter,
     limit: Option<u64>,
 ) -> sqlx::Result<Vec<i64>> {
-    let mut qb = QueryBuilder::new("SELECT id FROM outbox WHERE ");
-    scope.push_predicate(&mut qb);
+    let mode = Mode::of(conn).await?;
+    let mut qb = QueryBuilder::new("SELECT id FROM outbox o WHERE ");
+    scope.push_predicate(&mut qb, mode);
     push_filter(&mut qb, filter, scope.time_column());
     qb.push(scope.order_by());
     qb.push(" LIMIT ")
@@ -362,8 +441,9 @@ pub async fn matching_ids(
 
 /// One row by id.
 pub async fn get(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<EventRow>> {
+    let mode = Mode::of(conn).await?;
     let mut qb = QueryBuilder::new("");
-    push_columns(&mut qb);
+    push_columns(&mut qb, mode);
     qb.push(" WHERE id = ").push_bind(id);
     qb.build_query_as().fetch_optional(conn).await
 }
@@ -390,8 +470,9 @@ async fn states_of(
     ids: &[i64],
     locking: &str,
 ) -> sqlx::Result<Vec<(i64, EventState)>> {
+    let state = Mode::of(conn).await?.state_sql();
     let rows: Vec<(i64, String)> = sqlx::query_as(&format!(
-        "SELECT id, {STATE_SQL} FROM outbox WHERE id = ANY($1) ORDER BY id{locking}"
+        "SELECT id, {state} FROM outbox o WHERE id = ANY($1) ORDER BY id{locking}"
     ))
     .bind(ids)
     .fetch_all(conn)
@@ -417,12 +498,14 @@ pub async fn delete_unpublished(
     states: Option<&[EventState]>,
     audit: &Audit,
 ) -> sqlx::Result<Vec<i64>> {
+    let mode = Mode::of(conn).await?;
+    let (state, not_published) = (mode.state_sql(), mode.not_published());
     sqlx::query_scalar(&format!(
         "WITH d AS (
-             DELETE FROM outbox
-              WHERE id = ANY($1) AND published_at IS NULL
+             DELETE FROM outbox o
+              WHERE id = ANY($1) AND published_at IS NULL{not_published}
                 AND ($2 OR locked_until IS NULL OR locked_until < now())
-                AND ($5::text[] IS NULL OR ({STATE_SQL}) = ANY($5))
+                AND ($5::text[] IS NULL OR ({state}) = ANY($5))
              RETURNING id, {} AS previous
          )
          INSERT INTO outbox_audit (action, event_id, actor, reason, previous, details)
@@ -456,13 +539,15 @@ pub async fn reschedule(
     states: Option<&[EventState]>,
     audit: &Audit,
 ) -> sqlx::Result<Vec<(i64, DateTime<Utc>)>> {
+    let mode = Mode::of(conn).await?;
+    let (state, not_published) = (mode.state_sql(), mode.not_published());
     sqlx::query_as(&format!(
         "WITH old AS (
              SELECT id, available_at
-               FROM outbox
+               FROM outbox o
               WHERE id = ANY($1) AND published_at IS NULL AND dead_lettered_at IS NULL
-                AND (locked_until IS NULL OR locked_until < now())
-                AND ($6::text[] IS NULL OR ({STATE_SQL}) = ANY($6))
+                AND (locked_until IS NULL OR locked_until < now()){not_published}
+                AND ($6::text[] IS NULL OR ({state}) = ANY($6))
               ORDER BY id
                 FOR UPDATE
          ), moved AS (
@@ -532,8 +617,9 @@ pub async fn preview_edit(
     ids: &[i64],
     spec: &EditSpec,
 ) -> sqlx::Result<Vec<EditPreview>> {
+    let state = Mode::of(conn).await?.state_sql();
     sqlx::query_as(&format!(
-        "SELECT o.id, {STATE_SQL} AS state, o.event_type, o.payload::text AS payload,
+        "SELECT o.id, {state} AS state, o.event_type, o.payload::text AS payload,
                 o.headers::text AS headers, {NEW_EVENT_TYPE} AS new_event_type,
                 ({NEW_PAYLOAD})::text AS new_payload, ({NEW_HEADERS})::text AS new_headers
            FROM outbox o WHERE o.id = ANY($1) ORDER BY o.id"
@@ -566,11 +652,12 @@ pub async fn edit(
     spec: &EditSpec,
     audit: &Audit,
 ) -> sqlx::Result<Vec<i64>> {
+    let not_published = Mode::of(conn).await?.not_published();
     sqlx::query_scalar(&format!(
         "WITH old AS (
              SELECT id, event_type, payload, headers, dead_lettered_at, attempt_count, available_at
-               FROM outbox
-              WHERE id = ANY($1) AND published_at IS NULL
+               FROM outbox o
+              WHERE id = ANY($1) AND published_at IS NULL{not_published}
                 AND (locked_until IS NULL OR locked_until < now())
                 AND (NOT $6 OR dead_lettered_at IS NOT NULL)
               ORDER BY id

@@ -143,6 +143,65 @@ pub const PENDING: &str = concat!(
     ") OR EXISTS (SELECT FROM outbox_log_retry r WHERE r.id = o.id))"
 );
 
+/// Whether a row `o` carrying no mark (neither `published_at` nor `dead_lettered_at`) has been
+/// published by the log: passed and not waiting in the retry set ([`PENDING`]'s complement;
+/// never while log mode is off). It has no publication time. For the state `events` shows and
+/// the changes that refuse a published event.
+pub static PUBLISHED: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("(NOT {PENDING})"));
+
+/// When a row `o` is due while log mode is on: its retry-set entry's time when it has one (the
+/// reader sends it by that, `read_retries`), else its own `available_at` (the log reads it, and a
+/// delayed one joins the retry set at that time).
+pub const DUE_AT: &str =
+    "coalesce((SELECT r.available_at FROM outbox_log_retry r WHERE r.id = o.id), \
+     o.available_at)";
+
+/// Whether a row `o` is written after the switch's position and not yet passed by the log `l`,
+/// nor marked: what the log is behind by (`log status`, `doctor`). Read through the xid index.
+const BEHIND: &str = concat!(
+    "o.xid >= pg_snapshot_xmin(l.position) AND NOT ",
+    passed!(),
+    " AND o.published_at IS NULL AND o.dead_lettered_at IS NULL"
+);
+
+/// What `doctor` judges of log mode: the reader's lease and how far behind the log is.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Health {
+    /// The relay holding the reader's lease (also after the lease ended), and until when.
+    pub holder: Option<Uuid>,
+    pub lease_until: Option<DateTime<Utc>>,
+    /// Whether a reader holds the lease now (a holder, and `lease_until` not past).
+    pub lease_live: bool,
+    /// Pages settled since the switch, and when the last one was.
+    pub batches: i64,
+    pub read_at: Option<DateTime<Utc>>,
+    /// Events the log has not passed yet (at most 1,000,000, as [`status`] counts them).
+    pub behind: i64,
+    /// The oldest `created_at` among them.
+    pub oldest_behind_created_at: Option<DateTime<Utc>>,
+}
+
+/// [`Health`]; `None` while log mode is off (or before the first position is set). One bounded
+/// read of the xid index from the position's xmin on.
+pub async fn health(conn: &mut PgConnection) -> sqlx::Result<Option<Health>> {
+    if !is_on(conn).await? {
+        return Ok(None);
+    }
+    sqlx::query_as(&format!(
+        "SELECT l.holder, l.lease_until,
+                coalesce(l.holder IS NOT NULL AND l.lease_until >= now(), false) AS lease_live,
+                l.batches, l.read_at, b.behind, b.oldest_behind_created_at
+           FROM outbox_log l,
+                LATERAL (SELECT count(*) AS behind, min(created_at) AS oldest_behind_created_at
+                           FROM (SELECT o.created_at FROM outbox o WHERE {BEHIND}
+                                  LIMIT 1000000) x) b
+          WHERE l.position IS NOT NULL"
+    ))
+    .fetch_optional(conn)
+    .await
+}
+
 /// Switches log mode off, handing the outbox back to queue mode exactly at the position: the
 /// events the log passed and published are marked published (one UPDATE over them: a per-row
 /// write, once), those waiting in the retry set are pending again at their due time, those not
@@ -237,9 +296,7 @@ pub async fn status(conn: &mut PgConnection) -> sqlx::Result<Status> {
                 (SELECT count(*) FROM outbox_log_retry) AS retrying,
                 (SELECT count(*) FROM outbox_log_retry WHERE available_at <= now()) AS retrying_due,
                 CASE WHEN l.position IS NULL THEN 0 ELSE
-                  (SELECT count(*) FROM (SELECT 1 FROM outbox o
-                    WHERE o.xid >= pg_snapshot_xmin(l.position) AND NOT {PASSED}
-                      AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
+                  (SELECT count(*) FROM (SELECT 1 FROM outbox o WHERE {BEHIND}
                     LIMIT 1000000) b) END AS behind
            FROM outbox_log l"
     ))

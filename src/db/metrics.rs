@@ -46,14 +46,22 @@ pub const SAMPLE: &str = concat!(
             extract(epoch FROM now() - min(",
     late_since!(),
     "))::float8 AS oldest_pending_lag_seconds
-       FROM outbox
+       FROM outbox o
       WHERE published_at IS NULL AND dead_lettered_at IS NULL"
 );
 
 /// [`SAMPLE`], then the blocked keys ([`super::ordering::blocked_if_migrated`]: two small
-/// statements over the tiny `outbox_blocking_idx` and the blocked keys' pending rows).
+/// statements over the tiny `outbox_blocking_idx` and the blocked keys' pending rows). While log
+/// mode is on, an event the log has passed is pending only while it waits in the retry set
+/// ([`super::log::PENDING`], as `stats` counts): the log marks no row it publishes.
 pub async fn sample(conn: &mut PgConnection) -> sqlx::Result<Sample> {
-    let mut s: Sample = sqlx::query_as(SAMPLE).fetch_one(&mut *conn).await?;
+    let mut s: Sample = if super::log::is_on(conn).await? {
+        sqlx::query_as(&format!("{SAMPLE} AND {}", super::log::PENDING))
+            .fetch_one(&mut *conn)
+            .await?
+    } else {
+        sqlx::query_as(SAMPLE).fetch_one(&mut *conn).await?
+    };
     if let Some(b) = super::ordering::blocked_if_migrated(conn).await? {
         s.blocked_keys = b.blocked_keys;
         s.blocked_events = b.blocked_events;

@@ -55,15 +55,18 @@ fn stats_families() -> Vec<(Family, Vec<String>)> {
     let now = chrono::DateTime::from_timestamp(1_767_225_600, 0).expect("a valid time");
     let figures = Figures {
         next_due_at: Some(now),
+        published_last_minute: Some(0),
+        published_last_hour: Some(0),
         ..Figures::default()
     };
     let report = |by: Option<&str>| StatsReport {
         schema: "public".into(),
         now,
-        throughput_per_second: 0.0,
+        throughput_per_second: Some(0.0),
         table_rows_estimate: Some(0),
         total: figures.clone(),
         blocked: None,
+        log: None,
         by: by.map(str::to_owned),
         groups: by.map(|_| [("order.placed".to_owned(), figures.clone())].into()),
     };

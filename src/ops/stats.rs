@@ -25,10 +25,11 @@ pub struct Figures {
     pub retrying: i64,
     /// Dead-lettered.
     pub dead_lettered: i64,
-    /// Published within the last minute.
-    pub published_last_minute: i64,
-    /// Published within the last hour.
-    pub published_last_hour: i64,
+    /// Published within the last minute; null in log mode (see `log`): the log writes no
+    /// publication time, so no count by time is exact.
+    pub published_last_minute: Option<i64>,
+    /// Published within the last hour; null in log mode, as `published_last_minute`.
+    pub published_last_hour: Option<i64>,
     /// Seconds the oldest ready event has been due (0 when nothing is ready).
     pub oldest_ready_lag_seconds: f64,
     /// Seconds since the oldest ready event was created.
@@ -80,8 +81,12 @@ impl Figures {
         self.oldest_pending_lag_seconds = pending_lag.max(self.oldest_pending_lag_seconds);
         self.oldest_ready_lag_seconds = ready_lag.max(self.oldest_ready_lag_seconds);
         self.oldest_ready_age_seconds = ready_age.max(self.oldest_ready_age_seconds);
-        self.published_last_minute += f.published_last_minute;
-        self.published_last_hour += f.published_last_hour;
+        let sum = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.published_last_minute = sum(self.published_last_minute, f.published_last_minute);
+        self.published_last_hour = sum(self.published_last_hour, f.published_last_hour);
         self.next_due_at = match (self.next_due_at, f.next_due_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -95,8 +100,8 @@ pub struct StatsReport {
     pub schema: String,
     /// When the figures were read (database clock).
     pub now: DateTime<Utc>,
-    /// Published per second over the last minute.
-    pub throughput_per_second: f64,
+    /// Published per second over the last minute; null in log mode (see `log`).
+    pub throughput_per_second: Option<f64>,
     /// `None` (JSON null) when the table was never analysed.
     pub table_rows_estimate: Option<i64>,
     #[serde(flatten)]
@@ -104,6 +109,11 @@ pub struct StatsReport {
     /// Ordered keys blocked by a dead-lettered head (`ordering`); absent before migration 6.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub blocked: Option<db::ordering::Blocked>,
+    /// While log mode is on: how far the log has read. It marks no row it publishes, so the
+    /// counts of publishes by time (`published_last_minute`, `published_last_hour`,
+    /// `throughput_per_second`) are null; these are what is known instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogFigures>,
     /// With `--by`: the grouping (event-type, tenant, aggregate-type).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
@@ -112,8 +122,21 @@ pub struct StatsReport {
     pub groups: Option<BTreeMap<String, Figures>>,
 }
 
+/// Log mode's figures in `stats` (from `log status`).
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
+pub struct LogFigures {
+    /// Pages the log has read (and settled) since it was switched on.
+    pub batches: i64,
+    /// When the last page was settled; null before the first.
+    pub read_at: Option<DateTime<Utc>>,
+    /// Events written and not yet passed by the log (at most 1,000,000).
+    pub behind: i64,
+    /// Events the log passed that wait in the retry set.
+    pub retrying: i64,
+}
+
 /// The figures of each group from the rows of `db::stats` read at `now` (`published` may be
-/// empty: `top` counts its publishes otherwise).
+/// empty: `top` counts its publishes otherwise; a group without a row counts 0).
 pub fn groups(
     now: DateTime<Utc>,
     pending: Vec<db::stats::PendingRow>,
@@ -142,8 +165,12 @@ pub fn groups(
     }
     for p in published {
         let f = groups.entry(p.key).or_default();
-        f.published_last_minute = p.a;
-        f.published_last_hour = p.b;
+        f.published_last_minute = Some(p.a);
+        f.published_last_hour = Some(p.b);
+    }
+    for f in groups.values_mut() {
+        f.published_last_minute.get_or_insert(0);
+        f.published_last_hour.get_or_insert(0);
     }
     groups
 }
@@ -176,17 +203,34 @@ pub async fn collect(
     let published = db::stats::published_recent(&mut tx, group).await?;
     let rows = db::stats::table_rows_estimate(&mut tx).await?;
     let blocked = db::ordering::blocked_if_migrated(&mut tx).await?;
+    let log = db::log::status(&mut tx).await?;
     tx.commit().await?;
 
-    let groups = groups(now, pending, dead, published);
-    let total = total(&groups);
+    let mut groups = groups(now, pending, dead, published);
+    let mut total = total(&groups);
+    let log = log.enabled.then_some(LogFigures {
+        batches: log.batches,
+        read_at: log.read_at,
+        behind: log.behind,
+        retrying: log.retrying,
+    });
+    if log.is_some() {
+        for f in groups.values_mut().chain([&mut total]) {
+            f.published_last_minute = None;
+            f.published_last_hour = None;
+        }
+    } else {
+        total.published_last_minute.get_or_insert(0);
+        total.published_last_hour.get_or_insert(0);
+    }
     Ok(StatsReport {
         schema: schema.to_owned(),
         now,
-        throughput_per_second: total.published_last_minute as f64 / 60.0,
+        throughput_per_second: total.published_last_minute.map(|n| n as f64 / 60.0),
         table_rows_estimate: rows,
         total,
         blocked,
+        log,
         by: by.map(|b| match b {
             StatsBy::EventType => "event-type".into(),
             StatsBy::Tenant => "tenant".into(),

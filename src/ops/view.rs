@@ -292,7 +292,14 @@ pub fn print_event(
         ("available at", time(Some(e.available_at))),
         ("locked until", time(e.locked_until)),
         ("claim token", opt(e.claim_token.map(|t| t.to_string()))),
-        ("published at", time(e.published_at)),
+        (
+            "published at",
+            if e.published_by_log {
+                "- (published by the log, which marks no row)".to_owned()
+            } else {
+                time(e.published_at)
+            },
+        ),
         ("dead-lettered at", time(e.dead_lettered_at)),
         (
             "requeued",
@@ -535,6 +542,7 @@ mod tests {
             published_at: None,
             dead_lettered_at: chrono::DateTime::from_timestamp(1_764_000_002, 0).map(Into::into),
             last_error: Some("HTTP 500\nline two".into()),
+            published_by_log: false,
         }
     }
 

@@ -8,6 +8,7 @@
 
 mod backlog;
 mod horizon;
+mod logmode;
 mod relays;
 mod schema;
 mod settings;
@@ -277,6 +278,12 @@ pub async fn diagnose(
                 )),
             }
         }
+        let log_on = read(db::log::is_on(conn).await);
+        match (&indexes, &log_on) {
+            (Ok(i), Ok(on)) => out.extend(schema::xid_index_check(i, *on)),
+            (Err(_), _) => {} // reported as `indexes`
+            (_, Err(e)) => out.push(could_not_check(format!("index:{}", db::log::XID_INDEX), e)),
+        }
         let trigger = read(sql::notify_trigger(conn).await);
         out.push(judged("trigger:outbox_notify_insert", &trigger, |t| {
             schema::trigger_check(t.clone(), &applied)
@@ -337,6 +344,14 @@ pub async fn diagnose(
         out.push(judged("oldest_pending", &stats, |st| {
             backlog::oldest_pending_check(&st.total, s)
         }));
+        match read(db::log::health(conn).await) {
+            Ok(None) => {}
+            Ok(Some(h)) => {
+                out.push(logmode::reader_check(&h, now));
+                out.push(logmode::position_check(&h, now, s));
+            }
+            Err(e) => out.push(could_not_check("log_reader", &e)),
+        }
         let last_prune = match read(sql::table_exists(conn, "outbox_audit").await) {
             Ok(true) => read(sql::last_prune(conn).await),
             Ok(false) => Ok(None),

@@ -93,6 +93,7 @@ pub(super) fn index_checks(found: &[sql::IndexRow], applied: &[i64]) -> Vec<Chec
     }
     for i in found.iter().filter(|i| !i.valid || !i.ready) {
         if i.name == db::ordering::KEY_INDEX
+            || i.name == db::log::XID_INDEX
             || EXPECTED_INDEXES.iter().any(|(_, _, n)| *n == i.name)
         {
             continue;
@@ -140,6 +141,44 @@ pub(super) fn key_index_check(found: &[sql::IndexRow], ordered: bool) -> Option<
             Status::Warn,
             format!("present ({}) while no aggregate type is ordered: every insert pays for it; `outboxctl ordering disable` drops it", mib(i.size_bytes)),
             json!({ "table": "outbox", "present": true, "valid": i.valid && i.ready, "ordering": false }),
+        ),
+    })
+}
+
+/// The xid index of log mode: the reader's pages walk it while log mode is on (`log enable`
+/// builds it, `log disable` drops it); without log mode it should not exist, since every insert
+/// pays for it.
+pub(super) fn xid_index_check(found: &[sql::IndexRow], log_on: bool) -> Option<Check> {
+    let name = db::log::XID_INDEX;
+    let row = found
+        .iter()
+        .find(|i| i.name == name && i.table_name == "outbox");
+    let fix = "run `outboxctl log enable` again: it rebuilds the index (and changes nothing else)";
+    Some(match (row, log_on) {
+        (None, false) => return None,
+        (None, true) => check(
+            format!("index:{name}"),
+            Status::Fail,
+            format!("missing while log mode is on: the log's reader walks it; {fix}"),
+            json!({ "table": "outbox", "present": false, "log_mode": true }),
+        ),
+        (Some(i), true) if !i.valid || !i.ready => check(
+            format!("index:{name}"),
+            Status::Fail,
+            format!("invalid (an interrupted `log enable`): the log's reader cannot use it; {fix}"),
+            json!({ "table": "outbox", "present": true, "valid": false, "log_mode": true }),
+        ),
+        (Some(i), true) => check(
+            format!("index:{name}"),
+            Status::Pass,
+            format!("present and valid ({}), log mode is on", mib(i.size_bytes)),
+            json!({ "table": "outbox", "present": true, "valid": true, "size_bytes": i.size_bytes, "log_mode": true }),
+        ),
+        (Some(i), false) => check(
+            format!("index:{name}"),
+            Status::Warn,
+            format!("present ({}) while log mode is off: every insert pays for it; `outboxctl log disable` drops it", mib(i.size_bytes)),
+            json!({ "table": "outbox", "present": true, "valid": i.valid && i.ready, "log_mode": false }),
         ),
     })
 }

@@ -768,3 +768,58 @@ async fn someone_elses_outbox_table_is_reported_check_by_check() {
         );
     }
 }
+
+#[tokio::test]
+async fn log_mode_checks_the_xid_index_the_reader_and_how_far_behind_the_position_is() {
+    let db = TestDb::new().await;
+    crate::support::run(&db, &["log", "enable"], 0);
+    db.seed_ready(3).await;
+    db.exec("UPDATE outbox SET created_at = now() - interval '10 minutes'")
+        .await;
+    let lags = ["--warn-lag", "1m", "--crit-lag", "5m"];
+    let (code, v) = doctor(&db, &lags);
+    assert_eq!(code, 2, "{v:#}");
+    assert_eq!(status(&v, "index:outbox_xid_idx"), "PASS");
+    assert_eq!(status(&v, "log_reader"), "WARN");
+    assert!(
+        message(&v, "log_reader").contains("3 events wait past the log's position"),
+        "{}",
+        message(&v, "log_reader")
+    );
+    let behind = crate::support::run_json(&db, &["log", "status", "--json"])["behind"].clone();
+    assert_eq!(behind, 3);
+    assert_eq!(find(&v, "log_position")["details"]["behind"], behind);
+    assert_eq!(
+        status(&v, "log_position"),
+        "FAIL",
+        "10 minutes > --crit-lag 5m"
+    );
+    let (_, v) = doctor(&db, &["--warn-lag", "20m", "--crit-lag", "1h"]);
+    assert_eq!(status(&v, "log_position"), "PASS");
+
+    // The log drains: nothing behind, no warning without a reader.
+    assert_eq!(db.relay("null").once_json()["published"], 3);
+    let (_, v) = doctor(&db, &lags);
+    assert_eq!(status(&v, "log_reader"), "PASS", "{v:#}");
+    assert_eq!(status(&v, "log_position"), "PASS");
+    assert_eq!(find(&v, "log_position")["details"]["behind"], 0);
+    assert_eq!(status(&v, "oldest_pending"), "PASS", "{v:#}");
+
+    db.exec("DROP INDEX outbox_xid_idx").await;
+    let (_, v) = doctor(&db, &[]);
+    assert_eq!(status(&v, "index:outbox_xid_idx"), "FAIL");
+    assert!(message(&v, "index:outbox_xid_idx").contains("log enable"));
+
+    crate::support::run(&db, &["log", "disable"], 0);
+    let (_, v) = doctor(&db, &[]);
+    for name in ["index:outbox_xid_idx", "log_reader", "log_position"] {
+        assert!(
+            !v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == name),
+            "{name} only in log mode: {v:#}"
+        );
+    }
+}

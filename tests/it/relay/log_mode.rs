@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::support::servers::TestServer;
 use crate::support::{
-    deliveries, ids_in_file, run, run_json, signal, spawn_capturing, stderr, wait_until, TestDb,
+    deliveries, ids_in_file, run, run_json, signal, spawn_capturing, stderr, stdout, wait_until,
+    TestDb,
 };
 
 async fn enabled(n: i64) -> TestDb {
@@ -713,5 +714,172 @@ async fn a_page_costs_one_write_of_the_log_row() {
     assert!(
         (settles..=settles + 3).contains(&writes),
         "{writes} writes of outbox_log for {settles} settles"
+    );
+}
+
+/// The ids of an `events list --json`, newest first.
+fn listed(db: &TestDb, state: &str) -> Vec<i64> {
+    let v = run_json(db, &["events", "list", "--state", state, "--json"]);
+    v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn events_show_and_list_call_what_the_log_published_published_and_changes_refuse_it() {
+    let db = enabled(4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 4);
+    // 2 waits in the retry set, due now; 3 in the retry set, due in an hour (the row's own
+    // available_at says now); 5 is not read yet.
+    db.exec("UPDATE outbox SET dead_lettered_at = now(), last_error = 'x' WHERE id IN (2, 3)")
+        .await;
+    run(&db, &["requeue", "2", "3"], 0);
+    db.exec("UPDATE outbox_log_retry SET available_at = now() + interval '1 hour' WHERE id = 3")
+        .await;
+    db.seed_keyed("unread", 1).await;
+    assert_eq!(
+        db.count("published_at IS NULL").await,
+        5,
+        "the log marks no row it publishes"
+    );
+
+    let one = run_json(&db, &["events", "show", "1", "--json"]);
+    assert_eq!(one["state"], "published", "{one}");
+    assert!(one["published_at"].is_null(), "no time is invented: {one}");
+    assert_eq!(one["published_by_log"], true, "{one}");
+    let text = stdout(&run(&db, &["events", "show", "1"], 0));
+    assert!(text.contains("published by the log"), "{text}");
+    for (id, state) in [(2, "ready"), (3, "scheduled"), (5, "ready")] {
+        let v = run_json(&db, &["events", "show", &id.to_string(), "--json"]);
+        assert_eq!(v["state"], state, "{id}: {v}");
+        assert_eq!(v["published_by_log"], false, "{id}: {v}");
+    }
+    assert_eq!(listed(&db, "published"), [4, 1]);
+    assert_eq!(listed(&db, "ready"), [5, 2]);
+    assert_eq!(listed(&db, "scheduled"), [3]);
+    assert_eq!(listed(&db, "pending"), [5, 3, 2]);
+
+    // What the log published cannot be cancelled, rescheduled or edited (by id or by filter).
+    let before = ctids(&db).await;
+    for args in [
+        vec!["events", "cancel", "--yes", "1"],
+        vec!["events", "reschedule", "--yes", "4", "--delay", "1h"],
+        vec!["events", "edit", "--yes", "1", "--event-type", "changed"],
+    ] {
+        let out = run(&db, &args, 2);
+        assert!(
+            stderr(&out).contains("already published"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let by_filter = run_json(
+        &db,
+        &[
+            "events",
+            "cancel",
+            "--aggregate-type",
+            "order",
+            "--yes",
+            "--json",
+        ],
+    );
+    assert_eq!(by_filter["matched"], 3, "2, 3 and 5 only: {by_filter}");
+    assert_eq!(by_filter["cancelled"], 3, "{by_filter}");
+    assert_eq!(
+        crate::support::fixtures::ids(&db, "SELECT id FROM outbox ORDER BY id").await,
+        [1, 4]
+    );
+    assert_eq!(
+        ctids(&db).await,
+        before
+            .into_iter()
+            .filter(|(id, _)| [1, 4].contains(id))
+            .collect::<Vec<_>>(),
+        "1 and 4 untouched"
+    );
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_log_retry WHERE id IN (1, 4)")
+            .await,
+        0,
+        "nothing the log published is sent again"
+    );
+}
+
+#[tokio::test]
+async fn events_reschedule_and_edit_work_on_the_retry_set_and_what_the_log_has_not_read() {
+    let db = enabled(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 2);
+    db.exec("UPDATE outbox SET dead_lettered_at = now(), last_error = 'x' WHERE id = 2")
+        .await;
+    run(&db, &["requeue", "2"], 0);
+    db.seed_keyed("unread", 1).await;
+    run(
+        &db,
+        &["events", "reschedule", "--yes", "2", "3", "--delay", "1h"],
+        0,
+    );
+    assert_eq!(listed(&db, "scheduled"), [3, 2]);
+    assert!(
+        db.scalar::<bool>(
+            "SELECT available_at > now() + interval '50 minutes' FROM outbox_log_retry WHERE id = 2"
+        )
+        .await,
+        "the retry set's due time moved"
+    );
+    run(
+        &db,
+        &[
+            "events",
+            "edit",
+            "--yes",
+            "2",
+            "3",
+            "--event-type",
+            "changed",
+        ],
+        0,
+    );
+    assert_eq!(db.count("event_type = 'changed'").await, 2);
+    assert_eq!(listed(&db, "published"), [1]);
+}
+
+#[tokio::test]
+async fn stats_says_publishes_by_time_are_unknown_in_log_mode_and_reports_the_log_instead() {
+    let db = enabled(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 3);
+    let v = run_json(&db, &["stats", "--json"]);
+    for field in [
+        "published_last_minute",
+        "published_last_hour",
+        "throughput_per_second",
+    ] {
+        assert!(v[field].is_null(), "{field}, not a wrong 0: {v}");
+    }
+    let status = run_json(&db, &["log", "status", "--json"]);
+    assert_eq!(v["log"]["batches"], status["batches"], "{v}");
+    assert_eq!(v["log"]["read_at"], status["read_at"], "{v}");
+    assert_eq!(v["log"]["behind"], 0, "{v}");
+    assert_eq!(v["log"]["retrying"], 0, "{v}");
+    let by = run_json(&db, &["stats", "--by", "event-type", "--json"]);
+    assert!(
+        by["groups"]["order.placed"]["published_last_hour"].is_null(),
+        "{by}"
+    );
+    let text = stdout(&run(&db, &["stats"], 0));
+    assert!(text.contains("throughput unknown in log mode"), "{text}");
+    let prom = stdout(&run(&db, &["stats", "--format", "prometheus"], 0));
+    assert!(
+        !prom.contains("outboxctl_recently_published_events") && prom.contains("outboxctl_events"),
+        "{prom}"
     );
 }

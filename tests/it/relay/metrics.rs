@@ -746,3 +746,27 @@ async fn the_lag_gauge_counts_lateness_not_age() {
     assert!((1200.0..1260.0).contains(&age), "{age}");
     assert!((600.0..660.0).contains(&lag), "{lag}");
 }
+
+/// In log mode the relay writes no `published_at`: the backlog gauges count what the log has not
+/// passed and the retry set (as `stats` does), so they fall to zero once the log has sent all.
+#[tokio::test]
+async fn the_backlog_gauges_count_what_the_log_has_not_sent_in_log_mode() {
+    let db = TestDb::new().await;
+    crate::support::run(&db, &["log", "enable"], 0);
+    db.seed_ready(4).await;
+    let d = Daemon::start(
+        db.cmd(),
+        crate::support::port(18409),
+        &["--mode", "log", "--sink", "null", "--poll-interval", "50ms"],
+    );
+    d.wait_metric("outboxctl_events_published_total", 4.0).await;
+    assert_eq!(
+        db.count("published_at IS NULL").await,
+        4,
+        "the log marks no row"
+    );
+    let text = d.wait_metric("outboxctl_backlog_ready", 0.0).await;
+    let v = |name: &str| value(&text, name).unwrap_or_else(|| panic!("{name} missing:\n{text}"));
+    assert_eq!(v("outboxctl_backlog_scheduled"), 0.0);
+    assert_eq!(v("outboxctl_backlog_oldest_pending_age_seconds"), 0.0);
+}
