@@ -87,22 +87,34 @@ pub(super) fn oldest_pending_check(t: &Figures, s: &Settings) -> Check {
             secs(lag)
         )
     };
+    lag_check("oldest_pending", lag, text, details, s)
+}
+
+/// Check `name` of a lag: a failure past `--crit-lag`, a warning past `--warn-lag`, each saying so
+/// after `text`.
+pub(super) fn lag_check(
+    name: &str,
+    lag: Duration,
+    text: String,
+    details: Value,
+    s: &Settings,
+) -> Check {
     if lag > s.lag.crit_lag {
         check(
-            "oldest_pending",
+            name,
             Status::Fail,
             format!("{text}, longer than --crit-lag {}", secs(s.lag.crit_lag)),
             details,
         )
     } else if lag > s.lag.warn_lag {
         check(
-            "oldest_pending",
+            name,
             Status::Warn,
             format!("{text}, longer than --warn-lag {}", secs(s.lag.warn_lag)),
             details,
         )
     } else {
-        check("oldest_pending", Status::Pass, text, details)
+        check(name, Status::Pass, text, details)
     }
 }
 

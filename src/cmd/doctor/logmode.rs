@@ -79,23 +79,7 @@ pub(super) fn position_check(h: &Health, now: DateTime<Utc>, s: &Settings) -> Ch
         output::plural(h.behind as u64, "event", "events"),
         secs(age)
     );
-    if age > s.lag.crit_lag {
-        check(
-            "log_position",
-            Status::Fail,
-            format!("{text}, longer than --crit-lag {}", secs(s.lag.crit_lag)),
-            details,
-        )
-    } else if age > s.lag.warn_lag {
-        check(
-            "log_position",
-            Status::Warn,
-            format!("{text}, longer than --warn-lag {}", secs(s.lag.warn_lag)),
-            details,
-        )
-    } else {
-        check("log_position", Status::Pass, text, details)
-    }
+    super::backlog::lag_check("log_position", age, text, details, s)
 }
 
 #[cfg(test)]
