@@ -330,13 +330,7 @@ impl Relay {
         // ends meanwhile has settled first, so the position read after it is where it left it.
         let (n, before, before_fence) = self.log.start();
         let (reader, window_open, read, before) = {
-            let mut conn = match self.db.hold().await {
-                Ok(conn) => conn,
-                Err(e) => {
-                    self.log.ended(n);
-                    return Err(e.into());
-                }
-            };
+            let mut conn = self.db.hold().await?;
             if step.ctl.shutdown.is_cancelled() {
                 return Ok(report);
             }
@@ -374,26 +368,14 @@ impl Relay {
                     };
                     let page = conn
                         .run(async |c| sql::read_page(c, &next, Some(hi), limit, bytes).await)
-                        .await;
-                    let page = match page {
-                        Ok(page) => page,
-                        Err(e) => {
-                            self.log.ended(n);
-                            return Err(e.into());
-                        }
-                    };
+                        .await?;
                     Read::Log { page }
                 }
-                Before::Nothing => match self
-                    .read_from_position(&mut conn, &reader, step, &mut report)
-                    .await
-                {
-                    Ok(read) => read,
-                    Err(e) => {
-                        self.log.ended(n);
-                        return Err(e);
-                    }
-                },
+                // (A step that fails before it is the tail leaves nothing to clear.)
+                Before::Nothing => {
+                    self.read_from_position(&mut conn, &reader, step, &mut report)
+                        .await?
+                }
             };
             let window_open = match &before {
                 Before::Follow { .. } => true,
