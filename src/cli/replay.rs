@@ -21,7 +21,8 @@ pub const DEFAULT_REPLAY_PUBLISH_TIMEOUT: Duration = Duration::from_secs(15);
 /// events still in the table (not yet pruned) that the ids or filters select, in id order (so
 /// each key's events in their order), at most --rate, through the relay's sinks and their
 /// flags. --since and --until filter by published_at (when the event was delivered: a
-/// consumer restored from a backup taken at T needs what was delivered after T).
+/// consumer restored from a backup taken at T needs what was delivered after T). In log mode an
+/// event the log published is published too; it has no published_at, so it goes by created_at.
 ///
 /// Nothing in the outbox changes: published_at, attempt_count, the lease columns and every other
 /// column stay as they are, and no row is locked (plain reads in batches by id), so relays are

@@ -162,7 +162,8 @@ pub struct FilterArgs {
 
     /// Only events whose time is at or after this: an RFC 3339 time, or a duration meaning that
     /// long ago (e.g. 2h). The time is when the event was dead-lettered for `dead` and `requeue`,
-    /// when it was created for `events`, when it was published for `replay`.
+    /// when it was created for `events`, when it was published for `replay` (in log mode, which
+    /// records no time per event, when it was created for an event the log published).
     #[arg(long, env = "OUTBOXCTL_FILTER_SINCE", value_parser = parse_time_or_ago, value_name = "TIME|DURATION")]
     pub since: Option<TimeArg>,
 

@@ -22,24 +22,20 @@ pub struct Audit {
 
 /// The values of a deleted event that its audit row keeps: everything but payload and headers
 /// (they may be large, or personal data that a discard is meant to remove; `dead export` keeps
-/// them), and the state it was in. For a statement's `RETURNING`, over the deleted row.
-macro_rules! deleted_row_json {
-    () => {
+/// them), and the state it was in, `state` (the mode's state SQL: a row in log mode's retry set is
+/// due at its entry's time). For a statement's `RETURNING`, over the deleted row `o`.
+pub fn deleted_row_json(state: &str) -> String {
+    format!(
         "jsonb_build_object(
-            'state', CASE WHEN published_at IS NOT NULL THEN 'published'
-                          WHEN dead_lettered_at IS NOT NULL THEN 'dead'
-                          WHEN locked_until >= now() THEN 'in-flight'
-                          WHEN available_at > now() THEN 'scheduled'
-                          ELSE 'ready' END,
+            'state', {state},
             'event_type', event_type, 'aggregate_type', aggregate_type,
             'aggregate_id', aggregate_id, 'tenant_id', tenant_id,
             'idempotency_key', idempotency_key, 'created_at', created_at,
             'available_at', available_at, 'attempt_count', attempt_count,
             'locked_until', locked_until, 'dead_lettered_at', dead_lettered_at,
             'last_error', last_error)"
-    };
+    )
 }
-pub(crate) use deleted_row_json;
 
 /// One audit row. `previous` and `details` are JSON text (an edit's hold payloads, whose numbers
 /// must keep their digits: see [`crate::json`]).

@@ -78,17 +78,16 @@ pub async fn discard(
     ids: &[i64],
     audit: &Audit,
 ) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(concat!(
+    sqlx::query_scalar(&format!(
         "WITH d AS (
-             DELETE FROM outbox
+             DELETE FROM outbox o
               WHERE id = ANY($1) AND dead_lettered_at IS NOT NULL AND published_at IS NULL
-             RETURNING id, ",
-        deleted_row_json!(),
-        " AS previous
+             RETURNING id, {} AS previous
          )
          INSERT INTO outbox_audit (action, event_id, actor, reason, previous)
          SELECT 'discard', id, $2, $3, previous FROM d
-         RETURNING event_id"
+         RETURNING event_id",
+        deleted_row_json(super::events::STATE_SQL)
     ))
     .bind(ids)
     .bind(&audit.actor)

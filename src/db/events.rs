@@ -511,7 +511,7 @@ pub async fn delete_unpublished(
          INSERT INTO outbox_audit (action, event_id, actor, reason, previous, details)
          SELECT 'cancel', id, $3, $4, previous, jsonb_build_object('force', $2) FROM d
          RETURNING event_id",
-        deleted_row_json!()
+        deleted_row_json(state)
     ))
     .bind(ids)
     .bind(force)

@@ -6,6 +6,11 @@
 //! statement's snapshot is short (a replay that runs for hours holds back no vacuum). The
 //! primary key serves the order and the keyset; filters are bound parameters
 //! ([`super::events::push_filter`]).
+//!
+//! While log mode is on, an event the log passed (and keeps in no retry set) is published too,
+//! with no `published_at` ([`super::log::PUBLISHED`]); each read asks which mode holds, so a
+//! switch during a long run changes nothing it selects (`log disable` marks what the log
+//! published).
 
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
@@ -30,22 +35,39 @@ pub struct Range<'a> {
 /// The time column of `--since`/`--until` for `replay`: when the event was delivered.
 const TIME_COLUMN: &str = "published_at";
 
-fn push_where(qb: &mut QueryBuilder<'_, Postgres>, r: &Range<'_>) {
-    qb.push(" WHERE published_at IS NOT NULL AND id > ")
+/// [`TIME_COLUMN`] while log mode is on: the log writes no time per event, so an event it
+/// published goes by when it was created (it was delivered no earlier).
+const LOG_TIME_COLUMN: &str = "coalesce(published_at, created_at)";
+
+/// `WHERE` of a read of `outbox o`.
+fn push_where(qb: &mut QueryBuilder<'_, Postgres>, r: &Range<'_>, log: bool) {
+    if log {
+        qb.push(" WHERE (published_at IS NOT NULL OR ")
+            .push(super::log::PUBLISHED.as_str())
+            .push(")");
+    } else {
+        qb.push(" WHERE published_at IS NOT NULL");
+    }
+    qb.push(" AND id > ")
         .push_bind(r.after)
         .push(" AND id <= ")
         .push_bind(r.upto);
     if let Some(ids) = r.ids {
         qb.push(" AND id = ANY(").push_bind(ids.to_vec()).push(")");
     }
-    push_filter(qb, r.filter, TIME_COLUMN);
+    push_filter(
+        qb,
+        r.filter,
+        if log { LOG_TIME_COLUMN } else { TIME_COLUMN },
+    );
 }
 
 /// The ids of the next `n` events of `r`, ascending: what a run counts before it asks (and what
 /// bounds it), read without touching a payload.
 pub async fn ids(conn: &mut PgConnection, r: &Range<'_>, n: i64) -> sqlx::Result<Vec<i64>> {
-    let mut qb = QueryBuilder::new("SELECT id FROM outbox");
-    push_where(&mut qb, r);
+    let log = super::log::is_on(&mut *conn).await?;
+    let mut qb = QueryBuilder::new("SELECT id FROM outbox o");
+    push_where(&mut qb, r, log);
     qb.push(" ORDER BY id LIMIT ").push_bind(n);
     qb.build_query_scalar().fetch_all(conn).await
 }
@@ -73,6 +95,7 @@ pub async fn events(
     bytes: i64,
     marking: &Marking<'_>,
 ) -> sqlx::Result<Vec<Event>> {
+    let log = super::log::is_on(&mut *conn).await?;
     let mut qb = QueryBuilder::new(
         "SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, payload::text AS payload, \
          (CASE WHEN jsonb_typeof(headers) = 'object' THEN headers || ",
@@ -92,9 +115,9 @@ pub async fn events(
         .push(super::relay::jsonb_size("headers"))
         .push(
             ") OVER w AS run \
-             FROM (SELECT * FROM outbox",
+             FROM (SELECT * FROM outbox o",
         );
-    push_where(&mut qb, r);
+    push_where(&mut qb, r, log);
     qb.push(" ORDER BY id LIMIT ")
         .push_bind(rows)
         .push(") o WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING)) s WHERE n = 1 OR run <= ")

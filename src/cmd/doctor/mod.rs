@@ -318,14 +318,24 @@ pub async fn diagnose(
         let stats = read(crate::ops::stats::collect(conn, cfg.schema.name(), None).await);
         let ends = read(sql::published_ends(conn).await);
         let relays = read(sql::relay_sessions(conn, &cfg.schema.channel()).await);
-        out.push(match (&relays, &stats, &ends) {
-            (Ok(r), Ok(st), Ok(e)) => {
-                relays::relays_check(r, &st.total, e.newest, now, &cfg.schema.channel())
-            }
-            (r, st, e) => could_not_check(
+        let log = read(db::log::health(conn).await);
+        out.push(match (&relays, &stats, &ends, &log) {
+            (Ok(r), Ok(st), Ok(e), Ok(l)) => relays::relays_check(
+                r,
+                &st.total,
+                relays::last_publish(e.newest, l.as_ref()),
+                now,
+                &cfg.schema.channel(),
+            ),
+            (r, st, e, l) => could_not_check(
                 "relays",
-                first_error([r.as_ref().err(), st.as_ref().err(), e.as_ref().err()])
-                    .expect("one read failed"),
+                first_error([
+                    r.as_ref().err(),
+                    st.as_ref().err(),
+                    e.as_ref().err(),
+                    l.as_ref().err(),
+                ])
+                .expect("one read failed"),
             ),
         });
         let dead = read(sql::dead_letters(conn).await);
@@ -344,13 +354,13 @@ pub async fn diagnose(
         out.push(judged("oldest_pending", &stats, |st| {
             backlog::oldest_pending_check(&st.total, s)
         }));
-        match read(db::log::health(conn).await) {
+        match &log {
             Ok(None) => {}
             Ok(Some(h)) => {
-                out.push(logmode::reader_check(&h, now));
-                out.push(logmode::position_check(&h, now, s));
+                out.push(logmode::reader_check(h, now));
+                out.push(logmode::position_check(h, now, s));
             }
-            Err(e) => out.push(could_not_check("log_reader", &e)),
+            Err(e) => out.push(could_not_check("log_reader", e)),
         }
         let last_prune = match read(sql::table_exists(conn, "outbox_audit").await) {
             Ok(true) => read(sql::last_prune(conn).await),

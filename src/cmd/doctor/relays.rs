@@ -14,6 +14,16 @@ use crate::output;
 /// A lease that ends further from now than this blocks its row (without --lease).
 pub(super) const LONG_LEASE: Duration = Duration::from_secs(3600);
 
+/// When an event was last published: the newest `published_at`, or in log mode (which marks no
+/// row it publishes) the log's last page, when that is newer.
+pub(super) fn last_publish(
+    newest: Option<DateTime<Utc>>,
+    log: Option<&crate::db::log::Health>,
+) -> Option<DateTime<Utc>> {
+    let page = log.filter(|h| h.batches > 0).and_then(|h| h.read_at);
+    newest.max(page)
+}
+
 pub(super) fn relays_check(
     relays: &[sql::RelaySession],
     total: &Figures,

@@ -796,10 +796,22 @@ async fn log_mode_checks_the_xid_index_the_reader_and_how_far_behind_the_positio
     );
     let (_, v) = doctor(&db, &["--warn-lag", "20m", "--crit-lag", "1h"]);
     assert_eq!(status(&v, "log_position"), "PASS");
+    assert!(
+        message(&v, "relays").contains("nothing published yet"),
+        "{}",
+        message(&v, "relays")
+    );
 
-    // The log drains: nothing behind, no warning without a reader.
+    // The log drains: nothing behind, no warning without a reader; the last publish is the log's
+    // last page (it marks no row).
     assert_eq!(db.relay("null").once_json()["published"], 3);
     let (_, v) = doctor(&db, &lags);
+    assert_eq!(db.count("published_at IS NOT NULL").await, 0);
+    assert!(
+        !find(&v, "relays")["details"]["last_publish"].is_null()
+            && message(&v, "relays").contains("last publish"),
+        "{v:#}"
+    );
     assert_eq!(status(&v, "log_reader"), "PASS", "{v:#}");
     assert_eq!(status(&v, "log_position"), "PASS");
     assert_eq!(find(&v, "log_position")["details"]["behind"], 0);

@@ -791,6 +791,21 @@ async fn events_show_and_list_call_what_the_log_published_published_and_changes_
     );
     assert_eq!(by_filter["matched"], 3, "2, 3 and 5 only: {by_filter}");
     assert_eq!(by_filter["cancelled"], 3, "{by_filter}");
+    let audited: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT event_id, previous->>'state' FROM outbox_audit WHERE action = 'cancel' ORDER BY event_id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audited,
+        [
+            (2, "ready".into()),
+            (3, "scheduled".into()),
+            (5, "ready".into())
+        ],
+        "each audit row keeps the state the event was in: 3 was due in its retry-set entry's hour"
+    );
     assert_eq!(
         crate::support::fixtures::ids(&db, "SELECT id FROM outbox ORDER BY id").await,
         [1, 4]
@@ -881,5 +896,74 @@ async fn stats_says_publishes_by_time_are_unknown_in_log_mode_and_reports_the_lo
     assert!(
         !prom.contains("outboxctl_recently_published_events") && prom.contains("outboxctl_events"),
         "{prom}"
+    );
+}
+
+#[tokio::test]
+async fn replay_sends_what_the_log_published_and_selects_it_by_creation_time() {
+    // 1-2 published in queue mode (published_at set), then the switch; 3-6 published by the
+    // log, of which 4 waits in the retry set; 7 is not read yet.
+    let db = TestDb::new().await;
+    db.seed_ready(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 2);
+    run(&db, &["log", "enable"], 0);
+    db.seed_keyed("log", 4).await;
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 4);
+    db.exec("UPDATE outbox SET dead_lettered_at = now(), last_error = 'x' WHERE id = 4")
+        .await;
+    run(&db, &["requeue", "4"], 0);
+    db.seed_keyed("unread", 1).await;
+    db.exec("UPDATE outbox SET created_at = now() - interval '2 days' WHERE id = 5")
+        .await;
+
+    let dry = run_json(
+        &db,
+        &["replay", "--all", "--sink", "null", "--dry-run", "--json"],
+    );
+    assert_eq!(dry["matched"], 5, "{dry}");
+    assert_eq!(
+        crate::support::fixtures::event_ids(&dry),
+        [1, 2, 3, 5, 6],
+        "what the log passed and did not keep for a retry: {dry}"
+    );
+    let replayed = file(&dir, "replayed.jsonl");
+    let done = run_json(
+        &db,
+        &[
+            "replay",
+            "--all",
+            "--sink",
+            &sink(&replayed),
+            "--yes",
+            "--json",
+        ],
+    );
+    assert_eq!(done["sent"], 5, "{done}");
+    assert_eq!(ids_in_file(&replayed), vec![1, 2, 3, 5, 6]);
+    // --since goes by published_at where there is one, by created_at where the log published
+    // it (the log writes no time per event): 5 was created two days ago.
+    let since = run_json(
+        &db,
+        &[
+            "replay",
+            "--since",
+            "1d",
+            "--sink",
+            "null",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        crate::support::fixtures::event_ids(&since),
+        [1, 2, 3, 6],
+        "{since}"
+    );
+    assert_eq!(
+        db.count("published_at IS NULL").await,
+        5,
+        "replay marks nothing"
     );
 }
