@@ -277,7 +277,8 @@ pub struct RelayArgs {
     /// after another. A relay killed mid-batch re-sends at most this many batches [default: 2;
     /// 1 for stdout, file and null (a local write leaves nothing to overlap)]. For kafka:// the
     /// next claim waits until the previous one has returned, so a key's events keep their order.
-    /// In log mode: pages, each read on from the one before and settled after it.
+    /// In log mode: pages, each read on from the one before and settled after it [default: 2
+    /// for every sink].
     // 4: the relay's MAX_PIPELINE_DEPTH (a test in cmd::relay keeps them equal; clap types import
     // nothing of the layers below).
     #[arg(long, env = "OUTBOXCTL_PIPELINE_DEPTH", value_parser = clap::value_parser!(u32).range(1..=4), value_name = "N")]

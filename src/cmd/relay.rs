@@ -69,9 +69,10 @@ pub async fn build(
     let open = async |mode: Mode| {
         // Log mode too: a page is read and handed to the sink while the page before it is
         // delivered, and settled after it (the position moves in order: `relay::log`).
-        let pipeline_depth = args
-            .pipeline_depth
-            .unwrap_or_else(|| sink.default_pipeline_depth());
+        let pipeline_depth = args.pipeline_depth.unwrap_or_else(|| match mode {
+            Mode::Log => crate::relay::log::LOG_PIPELINE_DEPTH,
+            _ => sink.default_pipeline_depth(),
+        });
         // Its sessions say what they are (`db::top::relay_application_name`): `top` lists
         // relays by it. One connection per step in flight (a tx-mode step holds its own),
         // LISTEN, the heartbeat or due-time query, and /readyz; and one more per step for a

@@ -421,6 +421,13 @@ impl<'r> sqlx::FromRow<'r, PgRow> for LogRow {
     }
 }
 
+/// The event columns of a page or a retry read, then the reader's three.
+const EVENT_COLUMNS: &str = "o.id, o.tenant_id, o.aggregate_type, o.aggregate_id, o.event_type,
+       o.payload::text AS payload, o.headers::text AS headers, o.idempotency_key,
+       o.created_at, o.attempt_count + 1 AS attempt_count, o.xid::text AS xid,
+       o.available_at <= now() AS due,
+       (o.published_at IS NULL AND o.dead_lettered_at IS NULL) AS live, o.available_at";
+
 /// One page of the log.
 #[derive(Debug, Default)]
 pub struct Page {
@@ -429,60 +436,88 @@ pub struct Page {
     pub more: bool,
     /// The window's upper snapshot (`None`: a new batch that found nothing).
     pub hi: Option<String>,
+    /// The page's last event (transaction id as text, id), where the next page starts; `None`
+    /// for an empty page. An event deleted between the plan and the fetch is not in `rows` but
+    /// may be this one.
+    pub last: Option<(String, i64)>,
 }
 
-/// The event columns of a page or a retry read, then the reader's three.
-const EVENT_COLUMNS: &str = "o.id, o.tenant_id, o.aggregate_type, o.aggregate_id, o.event_type,
-       o.payload::text AS payload, o.headers::text AS headers, o.idempotency_key,
-       o.created_at, o.attempt_count + 1 AS attempt_count, o.xid::text AS xid,
-       o.available_at <= now() AS due,
-       (o.published_at IS NULL AND o.dead_lettered_at IS NULL) AS live, o.available_at";
+/// Where a page of the log ends, before its events are fetched ([`plan_page`]).
+#[derive(Debug, Clone, Default)]
+pub struct PagePlan {
+    /// The window's upper snapshot (`None`: a new batch that found nothing).
+    pub hi: Option<String>,
+    /// The page's last event; `None` for an empty page.
+    pub last: Option<(String, i64)>,
+    /// More of the window may follow.
+    pub more: bool,
+}
 
-/// Reads the next page of the batch from the reader's position to `hi` (the window being read;
+/// The keyset of a page (`$1` the position, `$2` the window's `hi` CTE `s`, `$3`/`$4` the event
+/// the page starts after): the window's events from the two ranges of the xid index, the
+/// transactions running at the position (its xip list) and those begun since its xmax, both
+/// visible in `hi`, in (xid, id) order. `{cols}` are the columns each branch reads, `{upto}` an
+/// upper bound, `{limit}` a LIMIT.
+fn page_branches(cols: &str, upto: &str, limit: &str) -> String {
+    let branch = |range: &str| {
+        format!(
+            "(SELECT {cols} FROM outbox o
+               WHERE {range}
+                 AND (xid, id) > (coalesce($3::xid8, '0'::xid8), coalesce($4::bigint, {min})){upto}
+                 AND pg_visible_in_snapshot(xid, (SELECT hi FROM s))
+               ORDER BY xid, id{limit})",
+            min = i64::MIN
+        )
+    };
+    format!(
+        "{} UNION ALL {}",
+        branch("xid = ANY(ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot)))"),
+        branch(
+            "xid >= pg_snapshot_xmax($1::pg_snapshot) AND xid < pg_snapshot_xmax((SELECT hi FROM s))"
+        )
+    )
+}
+
+/// The event a page of `r` starts after, when it reads on in the window `hi`.
+fn page_after<'a>(r: &'a Reader, hi: Option<&str>) -> (Option<&'a str>, Option<i64>) {
+    match &r.after {
+        Some((x, i)) if hi.is_some() && r.window_to.as_deref() == hi => {
+            (Some(x.as_str()), Some(*i))
+        }
+        _ => (None, None),
+    }
+}
+
+/// Plans the next page of the batch from the reader's position to `hi` (the window being read;
 /// `None`: a new batch, up to the current snapshot, taken by the same statement and returned in
-/// [`Page::hi`]): at most `limit` events, and, after the first, no more than `bytes` of payload
-/// and headers.
-pub async fn read_page(
+/// [`PagePlan::hi`]): at most `limit` events, and, after the first, no more than `bytes` of
+/// payload and headers. One row comes back: where the page ends, read from the index and the
+/// rows' sizes without sending an event, so a step can plan the page after it while this one
+/// is fetched ([`fetch_page`]).
+pub async fn plan_page(
     conn: &mut PgConnection,
     r: &Reader,
     hi: Option<&str>,
     limit: i64,
     bytes: i64,
-) -> sqlx::Result<Page> {
+) -> sqlx::Result<PagePlan> {
     let size = format!("{} + {}", jsonb_size("payload"), jsonb_size("headers"));
-    let branch = |range: &str| {
-        format!(
-            "(SELECT ctid, xid, id, {size} AS size FROM outbox
-               WHERE {range}
-                 AND (xid, id) > (coalesce($3::xid8, '0'::xid8), coalesce($4::bigint, {min}))
-                 AND pg_visible_in_snapshot(xid, (SELECT hi FROM s))
-               ORDER BY xid, id LIMIT $5)",
-            min = i64::MIN
-        )
-    };
     let sql = format!(
-        "WITH s AS MATERIALIZED (SELECT coalesce($2::pg_snapshot, pg_current_snapshot()) AS hi)
-         SELECT {EVENT_COLUMNS}, p.scanned, (SELECT hi FROM s)::text AS hi
-           FROM (SELECT ctid, xid, id, count(*) OVER () AS scanned,
-                        sum(size) OVER (ORDER BY xid, id ROWS UNBOUNDED PRECEDING) - size AS before,
-                        row_number() OVER (ORDER BY xid, id) AS n
-                   FROM ({} UNION ALL {}) u
-                  ORDER BY xid, id LIMIT $5) p
-           JOIN outbox o ON o.ctid = p.ctid
-          WHERE p.n = 1 OR p.before < $6
-          ORDER BY p.xid, p.id",
-        branch("xid = ANY(ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot)))"),
-        branch(
-            "xid >= pg_snapshot_xmax($1::pg_snapshot) AND xid < pg_snapshot_xmax((SELECT hi FROM s))"
-        ),
+        "WITH s AS MATERIALIZED (SELECT coalesce($2::pg_snapshot, pg_current_snapshot()) AS hi),
+              p AS MATERIALIZED (
+                SELECT xid, id, row_number() OVER w AS n, sum(size) OVER w - size AS before
+                  FROM ({}) u
+                WINDOW w AS (ORDER BY xid, id ROWS UNBOUNDED PRECEDING)
+                 ORDER BY xid, id LIMIT $5)
+         SELECT (SELECT hi::text FROM s) AS hi, (SELECT count(*) FROM p) AS scanned,
+                f.xid::text AS last_xid, f.id AS last_id, coalesce(f.n, 0) AS taken
+           FROM (SELECT) one
+           LEFT JOIN LATERAL (SELECT xid, id, n FROM p WHERE n = 1 OR before < $6
+                               ORDER BY n DESC LIMIT 1) f ON true",
+        page_branches(&format!("xid, id, {size} AS size"), "", " LIMIT $5"),
     );
-    let (after_xid, after_id) = match &r.after {
-        Some((x, i)) if hi.is_some() && r.window_to.as_deref() == hi => {
-            (Some(x.as_str()), Some(*i))
-        }
-        _ => (None, None),
-    };
-    let rows = sqlx::query(&sql)
+    let (after_xid, after_id) = page_after(r, hi);
+    let row = sqlx::query(&sql)
         .bind(&r.position)
         .bind(hi)
         .bind(after_xid)
@@ -490,26 +525,83 @@ pub async fn read_page(
         .bind(limit)
         .bind(bytes)
         .persistent(true)
-        .fetch_all(conn)
+        .fetch_one(conn)
         .await?;
-    let scanned = rows
-        .first()
-        .map(|row| row.try_get::<i64, _>("scanned"))
-        .transpose()?
-        .unwrap_or(0);
-    let hi = match rows.first() {
-        Some(row) => Some(row.try_get::<String, _>("hi")?),
-        None => hi.map(str::to_owned),
+    let scanned: i64 = row.try_get("scanned")?;
+    let taken: i64 = row.try_get("taken")?;
+    let last = match row.try_get::<Option<String>, _>("last_xid")? {
+        Some(x) => Some((x, row.try_get::<i64, _>("last_id")?)),
+        None => None,
     };
-    let rows = rows
+    Ok(PagePlan {
+        hi: if scanned == 0 {
+            hi.map(str::to_owned)
+        } else {
+            Some(row.try_get("hi")?)
+        },
+        more: scanned >= limit || taken < scanned,
+        last,
+    })
+}
+
+/// The events of a planned page: those of `r`'s window `plan.hi` after where the page starts
+/// and up to `plan.last`, in (xid, id) order. An event changed since the plan comes as it is
+/// now (an edit keeps its xid and id); one deleted since (cancelled) is not there.
+pub async fn fetch_page(
+    conn: &mut PgConnection,
+    r: &Reader,
+    from_hi: Option<&str>,
+    plan: PagePlan,
+) -> sqlx::Result<Page> {
+    let (Some(hi), Some((last_xid, last_id))) = (&plan.hi, &plan.last) else {
+        return Ok(Page {
+            rows: Vec::new(),
+            more: plan.more,
+            hi: plan.hi,
+            last: None,
+        });
+    };
+    let sql = format!(
+        "WITH s AS MATERIALIZED (SELECT $2::pg_snapshot AS hi)
+         SELECT * FROM ({}) u ORDER BY sort_xid, id",
+        page_branches(
+            &format!("{EVENT_COLUMNS}, o.xid AS sort_xid"),
+            " AND (xid, id) <= ($5::xid8, $6::bigint)",
+            "",
+        ),
+    );
+    let (after_xid, after_id) = page_after(r, from_hi);
+    let rows = sqlx::query(&sql)
+        .bind(&r.position)
+        .bind(hi)
+        .bind(after_xid)
+        .bind(after_id)
+        .bind(last_xid)
+        .bind(last_id)
+        .persistent(true)
+        .fetch_all(conn)
+        .await?
         .iter()
         .map(<LogRow as sqlx::FromRow<PgRow>>::from_row)
         .collect::<sqlx::Result<Vec<_>>>()?;
     Ok(Page {
-        more: scanned >= limit || (rows.len() as i64) < scanned,
         rows,
-        hi,
+        more: plan.more,
+        hi: plan.hi,
+        last: plan.last,
     })
+}
+
+/// [`plan_page`], then [`fetch_page`], on one connection.
+pub async fn read_page(
+    conn: &mut PgConnection,
+    r: &Reader,
+    hi: Option<&str>,
+    limit: i64,
+    bytes: i64,
+) -> sqlx::Result<Page> {
+    let plan = plan_page(&mut *conn, r, hi, limit, bytes).await?;
+    fetch_page(conn, r, hi, plan).await
 }
 
 /// Reads at most `limit` due events of the retry set (live ones; an entry whose event was

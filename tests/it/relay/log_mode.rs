@@ -967,3 +967,51 @@ async fn replay_sends_what_the_log_published_and_selects_it_by_creation_time() {
         "replay marks nothing"
     );
 }
+
+#[tokio::test]
+async fn a_page_planned_then_changed_is_fetched_as_it_is_now_and_ends_where_it_was_planned() {
+    use outboxctl::db::log as sql;
+    let db = TestDb::new().await;
+    run(&db, &["log", "enable"], 0);
+    let mut conn = db.pool.acquire().await.unwrap();
+    let (me, lease) = (uuid::Uuid::new_v4(), Duration::from_secs(30));
+    if matches!(
+        sql::take(&mut conn, me, lease).await.unwrap(),
+        sql::Take::Unsealed
+    ) {
+        sql::seal(&mut conn).await.unwrap();
+    }
+    let sql::Take::Held(reader) = sql::take(&mut conn, me, lease).await.unwrap() else {
+        panic!("the lease is ours")
+    };
+    db.seed_ready(5).await;
+    let plan = sql::plan_page(&mut conn, &reader, None, 4, i64::MAX)
+        .await
+        .unwrap();
+    assert!(plan.more, "{plan:?}");
+    assert_eq!(plan.last.as_ref().map(|l| l.1), Some(4), "{plan:?}");
+    // Between the plan and the fetch (a step fetches beside the next one's plan): 2 is
+    // cancelled, 3 edited, 6 written.
+    db.exec(
+        "DELETE FROM outbox WHERE id = 2;
+         UPDATE outbox SET payload = '{\"edited\": 1.50}' WHERE id = 3",
+    )
+    .await;
+    db.seed_keyed("new", 1).await;
+    let page = sql::fetch_page(&mut conn, &reader, None, plan)
+        .await
+        .unwrap();
+    let ids: Vec<i64> = page.rows.iter().map(|r| r.event.id).collect();
+    assert_eq!(
+        ids,
+        [1, 3, 4],
+        "the deleted one is gone, none past the plan"
+    );
+    assert_eq!(page.rows[1].event.payload, r#"{"edited": 1.50}"#);
+    assert_eq!(
+        page.last.map(|l| l.1),
+        Some(4),
+        "the next page starts after 4"
+    );
+    assert!(page.more);
+}

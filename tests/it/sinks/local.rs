@@ -78,6 +78,32 @@ async fn once_into_head_gives_the_batch_back_untouched_and_exits_0() {
 }
 
 #[tokio::test]
+async fn log_mode_into_head_leaves_the_position_and_sends_everything_later() {
+    // Log mode keeps two pages in flight by default, stdout too: both are given back.
+    let db = TestDb::new().await;
+    crate::support::run(&db, &["log", "enable"], 0);
+    db.seed_ready(5000).await;
+    let mut cmd = db.cmd();
+    cmd.args(["relay", "--once", "--sink", "stdout", "--batch-size", "500"]);
+    let (relay, head) = into_head_2(cmd);
+    let out = relay.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(head.stdout.iter().filter(|b| **b == b'\n').count(), 2);
+    let status = crate::support::run_json(&db, &["log", "status", "--json"]);
+    assert_eq!(status["behind"], 5000, "nothing passed: {status}");
+    assert_eq!(status["retrying"], 0, "{status}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    let summary = db.relay(format!("file:{}", path.display())).once_json();
+    assert_eq!(summary["published"], 5000, "{summary}");
+    assert_eq!(
+        crate::support::ids_in_file(&path),
+        (1..=5000).collect::<Vec<i64>>(),
+        "each once, in order"
+    );
+}
+
+#[tokio::test]
 async fn a_daemon_on_a_closed_stdout_stops_cleanly() {
     for depth in ["1", "2"] {
         let db = TestDb::with_backlog(5000).await;
