@@ -93,6 +93,8 @@ pub struct Checker {
     producing: Arc<AtomicBool>,
     events: usize,
     tenant: uuid::Uuid,
+    /// Log mode is on: an event is published when the log passed it (no row is marked).
+    log: bool,
 }
 
 /// One row of the README's table.
@@ -128,6 +130,25 @@ impl Checker {
             producing: Arc::new(AtomicBool::new(false)),
             events: 0,
             tenant: uuid::Uuid::new_v4(),
+            log: false,
+        }
+    }
+
+    /// Switches log mode on for the scenario (before anything is produced): settled then means
+    /// passed by the log and not waiting in its retry set, or dead.
+    pub fn log_mode(mut self) -> Self {
+        crate::support::run(&self.db, &["log", "enable"], 0);
+        self.log = true;
+        self
+    }
+
+    /// The condition of an event `o` neither published nor dead.
+    fn open(&self) -> String {
+        let queue = "o.published_at IS NULL AND o.dead_lettered_at IS NULL";
+        if self.log {
+            format!("{queue} AND {}", outboxctl::db::log::PENDING)
+        } else {
+            queue.to_owned()
         }
     }
 
@@ -168,10 +189,10 @@ impl Checker {
     /// Events published or dead so far.
     pub async fn settled(&self) -> i64 {
         self.db
-            .scalar(
-                "SELECT count(*) FROM outbox
-                  WHERE published_at IS NOT NULL OR dead_lettered_at IS NOT NULL",
-            )
+            .scalar(&format!(
+                "SELECT count(*) FROM outbox o WHERE NOT ({})",
+                self.open()
+            ))
             .await
     }
 
@@ -192,9 +213,10 @@ impl Checker {
     pub async fn assert_mid_drain(&self) {
         let unsettled: i64 = self
             .db
-            .scalar(
-                "SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_lettered_at IS NULL",
-            )
+            .scalar(&format!(
+                "SELECT count(*) FROM outbox o WHERE {}",
+                self.open()
+            ))
             .await;
         assert!(
             unsettled > 0 || self.producing.load(Ordering::SeqCst),
@@ -211,10 +233,10 @@ impl Checker {
             if !self.producing.load(Ordering::SeqCst) {
                 let open: i64 = self
                     .db
-                    .scalar(
-                        "SELECT count(*) FROM outbox
-                          WHERE published_at IS NULL AND dead_lettered_at IS NULL",
-                    )
+                    .scalar(&format!(
+                        "SELECT count(*) FROM outbox o WHERE {}",
+                        self.open()
+                    ))
                     .await;
                 if open == 0 {
                     return since.elapsed();

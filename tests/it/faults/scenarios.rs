@@ -211,6 +211,118 @@ async fn pg_terminate_backend_of_every_relay_backend_repeatedly() {
     }
 }
 
+/// Log mode (`log enable`, relays in mode auto), with producers writing throughout: kill -9 of
+/// the reader mid-drain, a standby takes over; then every relay backend terminated, six rounds.
+/// Nothing lost; re-sent at most the reader's pages in flight per fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_mode_kill_9_of_the_reader_and_terminated_backends() {
+    let depth = outboxctl::relay::log::LOG_PIPELINE_DEPTH as usize;
+    let batch = 50;
+    let files = |dir: &tempfile::TempDir, n: usize| -> Vec<std::path::PathBuf> {
+        (0..n)
+            .map(|i| dir.path().join(format!("r{i}.jsonl")))
+            .collect()
+    };
+    let lines = |p: &std::path::Path| {
+        std::fs::read(p)
+            .map(|b| b.iter().filter(|c| **c == b'\n').count())
+            .unwrap_or(0)
+    };
+
+    // kill -9 of the reader: three relays, one reads, two stand by.
+    let dir = tempfile::tempdir().unwrap();
+    let paths = files(&dir, 3);
+    let mut ck = Checker::new(TestDb::new().await, "kill -9 of the reader (log)").log_mode();
+    let load = Load::new();
+    let mut relays = Relays::spawn(3, |i| {
+        relay_cmd(
+            &ck.db,
+            "auto",
+            &format!("file:{}", paths[i].display()),
+            batch,
+            "2s",
+        )
+    });
+    let producers = ck.produce(&load);
+    ck.wait_progress(load.events / 3).await;
+    ck.assert_mid_drain().await;
+    let reader = (0..3)
+        .find(|i| lines(&paths[*i]) > 0)
+        .expect("one relay reads the log");
+    let mut victim = relays.children.remove(reader);
+    signal(&victim, "KILL");
+    let _ = victim.wait();
+    let end = Instant::now();
+    let recovery = ck.wait_settled(end, SETTLE).await;
+    producers.await.unwrap();
+    relays.assert_running();
+    relays.stop();
+    let took_over = (0..3)
+        .filter(|i| *i != reader)
+        .any(|i| lines(&paths[i]) > 0);
+    assert!(took_over, "a standby took over the log");
+    let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+    let report = ck
+        .check(
+            &file_deliveries(&refs),
+            3,
+            "kill -9 of the log's reader mid-drain, a standby takes over",
+            depth * batch,
+            recovery,
+        )
+        .await;
+    report.assert_ok(&relays.logs());
+
+    // Every relay backend terminated, six rounds: the reader reconnects and reads on.
+    let dir = tempfile::tempdir().unwrap();
+    let paths = files(&dir, 2);
+    let mut ck = Checker::new(TestDb::new().await, "terminate (log)").log_mode();
+    let load = Load::new();
+    let mut relays = Relays::spawn(2, |i| {
+        relay_cmd(
+            &ck.db,
+            "auto",
+            &format!("file:{}", paths[i].display()),
+            batch,
+            "2s",
+        )
+    });
+    let producers = ck.produce(&load);
+    ck.wait_progress(load.events / 5).await;
+    ck.assert_mid_drain().await;
+    let mut rounds = 0;
+    for _ in 0..6 {
+        if terminate_backends(&ck.db, &relays.children).await > 0 {
+            rounds += 1;
+        }
+        // The pace of the fault, not a synchronisation.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(rounds >= 4, "only {rounds} rounds terminated a backend");
+    let end = Instant::now();
+    let recovery = ck.wait_settled(end, SETTLE).await;
+    producers.await.unwrap();
+    relays.assert_running();
+    relays.stop();
+    let logs = relays.logs();
+    assert!(
+        logs.contains("terminating connection due to administrator command"),
+        "log: no relay met a terminated connection:\n{}",
+        &logs[logs.len().saturating_sub(4000)..]
+    );
+    let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+    let report = ck
+        .check(
+            &file_deliveries(&refs),
+            2,
+            &format!("pg_terminate_backend of every relay backend, {rounds} rounds"),
+            rounds * depth * batch,
+            recovery,
+        )
+        .await;
+    report.assert_ok(&relays.logs());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restart_during_a_drain() {
     let cluster = PgCluster::start("outboxctl_faults", 18340);

@@ -383,9 +383,12 @@ fn peak_rss(pid: u32) -> u64 {
 }
 
 /// Peak RSS of a relay (stdout sink, `--batch-bytes 8MiB`, `--pipeline-depth depth`) that
-/// publishes 60 rows of 5 MB.
-async fn peak_rss_over_large_payloads(depth: u32) -> u64 {
+/// publishes 60 rows of 5 MB, in log mode with `log`.
+async fn peak_rss_over_large_payloads(depth: u32, log: bool) -> u64 {
     let db = TestDb::new().await;
+    if log {
+        crate::support::run(&db, &["log", "enable"], 0);
+    }
     seed_payloads(&db, 60, "repeat('x', 5000000)").await;
     let mut child = db
         .cmd()
@@ -400,8 +403,12 @@ async fn peak_rss_over_large_payloads(depth: u32) -> u64 {
     let mut out = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
     wait_until(Duration::from_secs(120), "every row published", || async {
-        let left = db.count("published_at IS NULL").await;
-        left == 0
+        if log {
+            let s = crate::support::run_json(&db, &["log", "status", "--json"]);
+            s["behind"] == 0 && s["retrying"] == 0 && s["batches"].as_i64() > Some(0)
+        } else {
+            db.count("published_at IS NULL").await == 0
+        }
     })
     .await;
     let peak = peak_rss(child.id());
@@ -415,7 +422,7 @@ async fn peak_rss_over_large_payloads(depth: u32) -> u64 {
 #[tokio::test]
 async fn a_relay_over_large_payloads_stays_within_its_byte_budget() {
     // The case: 60 rows of 5 MB took 369 MB of RSS (the whole backlog in one batch).
-    let peak = peak_rss_over_large_payloads(1).await;
+    let peak = peak_rss_over_large_payloads(1, false).await;
     // Budget 8 MiB + one 5 MB row: rows, envelopes and buffers a few times that, not 300 MB.
     assert!(
         peak < 120 << 20,
@@ -429,10 +436,23 @@ async fn two_batches_in_flight_hold_at_most_two_byte_budgets() {
     // --pipeline-depth 2 claims the next batch while one is written: two budgets (and their
     // envelopes) at once, never the backlog (with a 512 MiB budget: 642 MiB). Seen: 57 MiB, as
     // at depth 1 (debug build).
-    let peak = peak_rss_over_large_payloads(2).await;
+    let peak = peak_rss_over_large_payloads(2, false).await;
     assert!(
         peak < 170 << 20,
         "peak RSS {} MiB for two batches of an 8 MiB budget",
+        peak >> 20
+    );
+}
+
+#[tokio::test]
+async fn a_log_reader_with_two_pages_in_flight_holds_at_most_two_byte_budgets() {
+    // Log mode's default depth (2): a page fetched while the one before it is written, each
+    // within --batch-bytes.
+    assert_eq!(outboxctl::relay::log::LOG_PIPELINE_DEPTH, 2);
+    let peak = peak_rss_over_large_payloads(2, true).await;
+    assert!(
+        peak < 170 << 20,
+        "peak RSS {} MiB for two pages of an 8 MiB budget",
         peak >> 20
     );
 }
