@@ -122,14 +122,32 @@ pub async fn seal(conn: &mut PgConnection) -> sqlx::Result<()> {
 /// subquery: one probe of a one-row table per claim, evaluated once).
 pub const NOT_LOG: &str = "NOT EXISTS (SELECT FROM outbox_log) AND ";
 
-/// Whether an event `o` has been passed by the log whose row is `l`: written after the switch,
-/// and visible in the position, or in the window being read up to its last passed event.
+/// Whether an event `o` has been passed by the log whose row is `l` (or the row named): written
+/// after the switch, and visible in the position, or in the window being read up to its last
+/// passed event.
 macro_rules! passed {
     () => {
-        "(o.xid IS NOT NULL AND NOT pg_visible_in_snapshot(o.xid, l.switched)
-   AND (pg_visible_in_snapshot(o.xid, l.position)
-        OR (l.window_to IS NOT NULL AND pg_visible_in_snapshot(o.xid, l.window_to)
-            AND (o.xid, o.id) <= (l.after_xid, l.after_id))))"
+        passed!("l")
+    };
+    ($l:literal) => {
+        concat!(
+            "(o.xid IS NOT NULL AND NOT pg_visible_in_snapshot(o.xid, ",
+            $l,
+            ".switched)
+   AND (pg_visible_in_snapshot(o.xid, ",
+            $l,
+            ".position)
+        OR (",
+            $l,
+            ".window_to IS NOT NULL AND pg_visible_in_snapshot(o.xid, ",
+            $l,
+            ".window_to)
+            AND (o.xid, o.id) <= (",
+            $l,
+            ".after_xid, ",
+            $l,
+            ".after_id))))"
+        )
     };
 }
 
@@ -199,6 +217,54 @@ pub async fn health(conn: &mut PgConnection) -> sqlx::Result<Option<Health>> {
           WHERE l.position IS NOT NULL"
     ))
     .fetch_optional(conn)
+    .await
+}
+
+/// How far the log had read at one moment: its position and, inside a window, the window and the
+/// last event passed (what [`passed_since`] counts from).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Mark {
+    pub position: String,
+    pub window_to: Option<String>,
+    pub after_xid: Option<String>,
+    pub after_id: Option<i64>,
+}
+
+/// The log's [`Mark`] now; `None` while log mode is off (or before its first position).
+pub async fn mark(conn: &mut PgConnection) -> sqlx::Result<Option<Mark>> {
+    if !is_on(conn).await? {
+        return Ok(None);
+    }
+    sqlx::query_as(
+        "SELECT position::text AS position, window_to::text AS window_to,
+                after_xid::text AS after_xid, after_id
+           FROM outbox_log WHERE position IS NOT NULL",
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Events the log has published since `before`: passed now and not then, and not waiting in the
+/// retry set (those sent from it are marked `published_at` and counted by that). Read through the
+/// xid index from `before`'s xmin on: as many entries as were passed since.
+pub async fn passed_since(conn: &mut PgConnection, before: &Mark) -> sqlx::Result<i64> {
+    sqlx::query_scalar(concat!(
+        "SELECT count(*)
+           FROM outbox_log l,
+                (SELECT l2.switched, $1::pg_snapshot AS position, $2::pg_snapshot AS window_to,
+                        $3::xid8 AS after_xid, $4::bigint AS after_id FROM outbox_log l2) b,
+                outbox o
+          WHERE o.xid >= pg_snapshot_xmin($1::pg_snapshot) AND ",
+        passed!("l"),
+        " AND NOT ",
+        passed!("b"),
+        " AND NOT EXISTS (SELECT FROM outbox_log_retry r WHERE r.id = o.id)"
+    ))
+    .bind(&before.position)
+    .bind(&before.window_to)
+    .bind(&before.after_xid)
+    .bind(before.after_id)
+    .fetch_one(conn)
     .await
 }
 

@@ -38,6 +38,11 @@ pub struct Throughput {
     counts: BTreeMap<i64, i64>,
     /// The interval `now` fell in at the last sample.
     last: Option<i64>,
+    /// Log mode, which marks no row it publishes: how far the log had read at the last sample,
+    /// and what it passed per interval since `top` started (each sample's count goes to the
+    /// interval that just ended).
+    log_mark: Option<db::log::Mark>,
+    log_counts: BTreeMap<i64, i64>,
 }
 
 impl Throughput {
@@ -46,7 +51,19 @@ impl Throughput {
             bucket_us: (interval.as_micros() as i64).max(1),
             counts: BTreeMap::new(),
             last: None,
+            log_mark: None,
+            log_counts: BTreeMap::new(),
         }
+    }
+
+    /// Takes what the log passed since the last sample (`passed`, when there was one) and where
+    /// it stands now (`mark`; `None` while log mode is off).
+    pub fn merge_log(&mut self, now_bucket: i64, mark: Option<db::log::Mark>, passed: Option<i64>) {
+        if let Some(n) = passed {
+            *self.log_counts.entry(now_bucket - 1).or_default() += n;
+        }
+        self.log_counts.retain(|b, _| *b >= now_bucket - HISTORY);
+        self.log_mark = mark;
     }
 
     /// The interval `t` falls in.
@@ -88,8 +105,9 @@ impl Throughput {
         let Some(now) = self.last else {
             return Vec::new();
         };
+        let at = |m: &BTreeMap<i64, i64>, b: i64| m.get(&b).copied().unwrap_or(0).max(0) as u64;
         (now - HISTORY..now)
-            .map(|b| self.counts.get(&b).copied().unwrap_or(0).max(0) as u64)
+            .map(|b| at(&self.counts, b) + at(&self.log_counts, b))
             .collect()
     }
 }
@@ -161,11 +179,17 @@ pub async fn read(
     let buckets =
         db::top::published_buckets(&mut tx, throughput.bucket_us, throughput.start_of(from))
             .await?;
+    let mark = db::log::mark(&mut tx).await?;
+    let log_passed = match (&throughput.log_mark, &mark) {
+        (Some(before), Some(_)) => Some(db::log::passed_since(&mut tx, before).await?),
+        _ => None,
+    };
     let newest_dead = db::top::newest_dead(&mut tx, LIST_LIMIT).await?;
     let relays = db::top::relays(&mut tx, &channel).await?;
     tx.commit().await?;
 
     throughput.merge(from, now_bucket, &buckets);
+    throughput.merge_log(now_bucket, mark, log_passed);
     let groups = crate::ops::stats::groups(now, pending, dead, Vec::new());
     let total = crate::ops::stats::total(&groups);
     let mut groups: Vec<(String, Figures)> = groups.into_iter().collect();
@@ -239,6 +263,37 @@ pub fn relay_views(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_log_passed_goes_to_the_interval_that_ended_and_survives_the_recount() {
+        let mut t = Throughput::new(Duration::from_secs(1));
+        let now = 1_000_000;
+        let mark = || {
+            Some(db::log::Mark {
+                position: "100:100:".into(),
+                window_to: None,
+                after_xid: None,
+                after_id: None,
+            })
+        };
+        // The first sample only marks where the log is.
+        t.merge(now - HISTORY, now, &[]);
+        t.merge_log(now, mark(), None);
+        assert_eq!(t.series().iter().sum::<u64>(), 0);
+        // The next: 700 passed, 5 sent from the retry set (published_at) in the same interval.
+        t.merge(t.count_from(now + 1), now + 1, &[(now, 5)]);
+        t.merge_log(now + 1, mark(), Some(700));
+        assert_eq!(t.series().last(), Some(&705));
+        // A later recount of that interval by published_at keeps the log's count.
+        t.merge(t.count_from(now + 2), now + 2, &[(now, 5)]);
+        t.merge_log(now + 2, mark(), Some(0));
+        assert_eq!(t.series()[HISTORY as usize - 2], 705);
+        // Past the history it is forgotten.
+        let later = now + 2 + HISTORY;
+        t.merge(t.count_from(later), later, &[]);
+        t.merge_log(later, None, None);
+        assert_eq!(t.series().iter().sum::<u64>(), 0);
+    }
 
     #[test]
     fn the_sparkline_recounts_the_newest_intervals_and_forgets_the_oldest() {

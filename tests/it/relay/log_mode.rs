@@ -1015,3 +1015,44 @@ async fn a_page_planned_then_changed_is_fetched_as_it_is_now_and_ends_where_it_w
     );
     assert!(page.more);
 }
+
+#[tokio::test]
+async fn what_the_log_passed_since_a_mark_is_counted_within_a_window_and_past_it() {
+    use outboxctl::db::log as sql;
+    let db = enabled(0).await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    // The first run seals the log (its first position).
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 0);
+    let before = sql::mark(&mut conn).await.unwrap().expect("log mode is on");
+    db.seed_ready(250).await;
+    assert_eq!(sql::passed_since(&mut conn, &before).await.unwrap(), 0);
+    // A window read in part (pages of 100, the reader stopped after two of them) ...
+    let summary = db
+        .relay(sink(&out))
+        .args([
+            "--batch-size",
+            "100",
+            "--max-events",
+            "200",
+            "--pipeline-depth",
+            "1",
+        ])
+        .once_json();
+    assert_eq!(summary["published"], 200, "{summary}");
+    let mid = sql::mark(&mut conn).await.unwrap().unwrap();
+    assert!(mid.window_to.is_some(), "inside the window: {mid:?}");
+    assert_eq!(sql::passed_since(&mut conn, &before).await.unwrap(), 200);
+    // ... then to its end; one event waits in the retry set (not published yet).
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 50);
+    db.exec("UPDATE outbox SET dead_lettered_at = now(), last_error = 'x' WHERE id = 7")
+        .await;
+    run(&db, &["requeue", "7"], 0);
+    assert_eq!(sql::passed_since(&mut conn, &before).await.unwrap(), 249);
+    assert_eq!(
+        sql::passed_since(&mut conn, &mid).await.unwrap(),
+        50,
+        "201-250; 7 was passed before the mark"
+    );
+}
