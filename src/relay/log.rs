@@ -301,9 +301,8 @@ enum Got {
     Page(sql::Page),
     Plan {
         plan: sql::PagePlan,
-        /// The reader the page is read for, and the window it reads on in.
+        /// The reader the page is read for (its window, and where in it the page starts).
         next: sql::Reader,
-        from_hi: Option<String>,
     },
 }
 
@@ -388,11 +387,7 @@ impl Relay {
                     let plan = conn
                         .run(async |c| sql::plan_page(c, &next, Some(hi), limit, bytes).await)
                         .await?;
-                    Got::Plan {
-                        plan,
-                        next,
-                        from_hi: Some(hi.clone()),
-                    }
+                    Got::Plan { plan, next }
                 }
                 // (A step that fails before it is the tail leaves nothing to clear.)
                 Before::Nothing => {
@@ -443,13 +438,11 @@ impl Relay {
         let read = match read {
             Got::Retry(rows) => Read::Retry(rows),
             Got::Page(page) => Read::Log { page },
-            Got::Plan {
-                plan,
-                next,
-                from_hi,
-            } => match self
+            Got::Plan { plan, next } => match self
                 .db
-                .run(async |c| sql::fetch_page(c, &next, from_hi.as_deref(), plan.clone()).await)
+                .run(async |c| {
+                    sql::fetch_page(c, &next, next.window_to.as_deref(), plan.clone()).await
+                })
                 .await
             {
                 Ok(page) => Read::Log { page },
@@ -665,7 +658,6 @@ impl Relay {
         Ok(Got::Plan {
             plan,
             next: reader.clone(),
-            from_hi: hi.map(str::to_owned),
         })
     }
 }
