@@ -214,6 +214,46 @@ async fn switching_on_hands_over_what_queue_mode_left_and_switching_off_hands_ba
     assert!(seen.values().all(|n| *n == 1), "{seen:?}");
 }
 
+/// The hand-over from queue mode is done only once nothing of queue mode's part is left: a row a
+/// queue-mode transaction still holds locked at the switch (a tx-mode relay that claimed it and
+/// has not settled) is passed over by the hand-over's `SKIP LOCKED`, and taken by a later one
+/// when that transaction ends without publishing it. Marking the hand-over done at once would
+/// lose it: the log never reads rows written before the switch.
+#[tokio::test]
+async fn a_row_a_queue_transaction_holds_at_the_switch_is_handed_over_once_it_is_let_go() {
+    use sqlx::Connection;
+    let db = TestDb::with_backlog(3).await;
+    run(&db, &["log", "enable"], 0);
+    // A connection of its own, not the pool's: if an assertion fails, dropping it ends the
+    // transaction, so the schema's cleanup is not left waiting on its lock.
+    let mut queue = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut queue_tx = queue.begin().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "SELECT id FROM \"{}\".outbox WHERE id = 2 FOR UPDATE",
+        db.schema
+    ))
+    .execute(&mut *queue_tx)
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 2);
+    assert_eq!(ids_in_file(&out), vec![1, 3]);
+    let status = run_json(&db, &["log", "status", "--json"]);
+    assert_eq!(
+        status["handed_over"], false,
+        "a held row of queue mode's part is left: {status}"
+    );
+    // The queue relay's transaction ends without publishing (a crash, a rollback).
+    queue_tx.rollback().await.unwrap();
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 1);
+    let seen = deliveries(&[&out]);
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    let status = run_json(&db, &["log", "status", "--json"]);
+    assert_eq!(status["handed_over"], true, "{status}");
+}
+
 /// A producer transaction that got its transaction id first and commits last: a log that
 /// waited for it (`xid < xmin`) would stall behind it; PgQ's two-snapshot batch passes it by and
 /// takes its events in the batch after its commit.
