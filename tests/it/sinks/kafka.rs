@@ -177,6 +177,44 @@ async fn log_mode_keeps_each_keys_order_with_pages_in_flight() {
     assert_eq!(status["behind"], 0, "{status}");
 }
 
+/// A new idempotent producer sends at once: it cannot send before it has a producer id, which
+/// librdkafka would ask for only at its 500 ms retry timer (no broker is up when the producer is
+/// created); the sink's warm-up makes a metadata request, whose answer asks for it sooner. So a
+/// `relay --once` of one event, from process start to exit, takes less than that timer. The
+/// fastest of five runs is taken (each a new process and producer), so a loaded machine's
+/// stall in one run does not decide; without the warm-up every run takes more than 500 ms.
+#[tokio::test]
+async fn a_new_producer_sends_without_waiting_for_librdkafkas_producer_id_timer() {
+    let db = TestDb::new().await;
+    let p = prefix();
+    let sink = format!("kafka://{KAFKA}?topic={p}.{{aggregate_type}}");
+    let one = async |n: i64| {
+        db.exec(&format!(
+            "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+             VALUES ('00000000-0000-0000-0000-000000000001', 'invoice', 'a-1', 'e', '{{}}', 'k-{n}')"
+        ))
+        .await;
+    };
+    // The topic exists before the timed runs, as in production.
+    one(0).await;
+    assert_eq!(db.relay(&sink).once_json()["published"], 1);
+    let mut walls = Vec::new();
+    for n in 1..=5 {
+        one(n).await;
+        let start = Instant::now();
+        let v = db.relay(&sink).once_json();
+        walls.push(start.elapsed());
+        assert_eq!(v["published"], 1, "{v}");
+    }
+    let fastest = walls.iter().min().copied().unwrap_or_default();
+    assert!(
+        fastest < Duration::from_millis(450),
+        "the fastest relay --once of one event took {fastest:?} (all: {walls:?})"
+    );
+    let records = read_all(KAFKA, &[format!("{p}.invoice")], 6);
+    assert_eq!(records.len(), 6);
+}
+
 /// Over the producer's own limit (`message.max.bytes`): Tansu 0.6.0 enforces no broker-side
 /// limit (no flag, and a topic's `max.message.bytes` is stored but not applied; README, Kafka), so
 /// the broker's refusal cannot be provoked here.
