@@ -124,7 +124,8 @@ pub const NOT_LOG: &str = "NOT EXISTS (SELECT FROM outbox_log) AND ";
 
 /// Whether an event `o` has been passed by the log whose row is `l` (or the row named): written
 /// after the switch, and visible in the position, or in the window being read up to its last
-/// passed event.
+/// passed event. The one declaration of the fact: every statement that asks uses it, directly
+/// (`prune`'s too) or through [`PENDING`] and [`PUBLISHED`].
 macro_rules! passed {
     () => {
         passed!("l")
@@ -150,6 +151,8 @@ macro_rules! passed {
         )
     };
 }
+
+pub(crate) use passed;
 
 const PASSED: &str = passed!();
 

@@ -20,6 +20,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres};
 use uuid::Uuid;
 
+use super::log::passed;
+
 /// What one batch did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Batch<K> {
@@ -227,36 +229,42 @@ pub const DELETE_PUBLISHED: &str = delete_outbox_before!("published_at", "");
 /// Events published before the cutoff, oldest first. Reads a range of `outbox_published_at_idx`.
 pub const PUBLISHED: Table<DateTime<Utc>> = Table::new("published", DELETE_PUBLISHED);
 
-/// Log mode (migration 14): an event the log has published is one its position has passed
-/// (`xid` below the position's xmin: committed and visible in it) that queue mode did not
-/// leave (not visible in the switch's snapshot), that is not waiting in the retry set, and that
-/// carries no mark (`published_at` or `dead_lettered_at`: those go by [`PUBLISHED`] and
-/// [`DEAD`]). It has no publication time, so retention goes by `created_at`. Oldest transaction
-/// first, through `outbox_xid_idx`; a batch resumes at the last transaction id it deleted.
-macro_rules! passed_by_log {
+/// Log mode (migration 14): an event `o` the log has published, below its position: one the
+/// log has passed (`passed!`, declared once in `db::log`) whose transaction is also below the
+/// position's xmin, that is not waiting in the retry set, and that carries no mark
+/// (`published_at` or `dead_lettered_at`: those go by [`PUBLISHED`] and [`DEAD`]). The xmin
+/// bound is a range of `outbox_xid_idx`, oldest transaction first (a batch resumes at the last
+/// transaction id it deleted); it leaves for a later run the events passed inside the
+/// position's xip list or in the window being read. It has no publication time, so retention
+/// goes by `created_at`.
+macro_rules! published_by_log {
     () => {
-        "xid < pg_snapshot_xmin(l.position) AND NOT pg_visible_in_snapshot(xid, l.switched)
-                AND created_at < $1 AND published_at IS NULL AND dead_lettered_at IS NULL
-                AND NOT EXISTS (SELECT FROM outbox_log_retry r WHERE r.id = outbox.id)"
+        concat!(
+            "o.xid < pg_snapshot_xmin(l.position) AND ",
+            passed!("l"),
+            "
+                AND o.created_at < $1 AND o.published_at IS NULL AND o.dead_lettered_at IS NULL
+                AND NOT EXISTS (SELECT FROM outbox_log_retry r WHERE r.id = o.id)"
+        )
     };
 }
 
 /// [`PUBLISHED_BY_LOG`]'s statement.
 pub const DELETE_PUBLISHED_BY_LOG: &str = concat!(
     "WITH d AS (
-         DELETE FROM outbox
+         DELETE FROM outbox o
           WHERE ctid = ANY(ARRAY(
-                    SELECT outbox.ctid FROM outbox, outbox_log l
+                    SELECT o.ctid FROM outbox o, outbox_log l
                      WHERE ",
-    passed_by_log!(),
+    published_by_log!(),
     "
-                       AND xid >= coalesce($2::xid8, '0'::xid8)
-                     ORDER BY xid
+                       AND o.xid >= coalesce($2::xid8, '0'::xid8)
+                     ORDER BY o.xid
                      LIMIT $3))
             AND (EXISTS (SELECT FROM outbox_log l WHERE ",
-    passed_by_log!(),
+    published_by_log!(),
     ")) IS TRUE
-         RETURNING xid
+         RETURNING o.xid
      ), n AS (SELECT count(*) AS n, max(xid)::text AS next FROM d)",
     prune_audit_tail!()
 );
@@ -272,8 +280,8 @@ pub async fn count_published_by_log(
     count(
         conn,
         concat!(
-            "SELECT count(*) FROM outbox, outbox_log l WHERE ",
-            passed_by_log!()
+            "SELECT count(*) FROM outbox o, outbox_log l WHERE ",
+            published_by_log!()
         ),
         cutoff,
     )

@@ -507,6 +507,26 @@ async fn prune_deletes_what_the_log_published_and_keeps_what_it_has_not_sent() {
     assert_eq!(ids_in_file(&out).len(), 9);
 }
 
+/// Events pending when log mode was switched on are queue mode's part: their transactions are
+/// below the position, but the log has not passed them; the first reader hands them over to the
+/// retry set and sends them. Until then prune keeps them, however old.
+#[tokio::test]
+async fn prune_keeps_the_events_pending_at_the_switch_until_the_reader_has_sent_them() {
+    let db = TestDb::with_backlog(4).await;
+    run(&db, &["log", "enable"], 0);
+    db.exec("UPDATE outbox SET created_at = now() - interval '2 days'")
+        .await;
+    let dry = run_json(&db, &["prune", "--older-than", "1d", "--dry-run", "--json"]);
+    assert_eq!(dry["published"]["would_delete"], 0, "{dry}");
+    let report = run_json(&db, &["prune", "--older-than", "1d", "--json"]);
+    assert_eq!(report["deleted"], 0, "{report}");
+    assert_eq!(db.count("true").await, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 4);
+    assert_eq!(ids_in_file(&out), vec![1, 2, 3, 4]);
+}
+
 #[tokio::test]
 async fn a_log_mode_daemon_stops_naming_the_switch_when_log_mode_is_switched_off() {
     let db = enabled(0).await;
