@@ -58,6 +58,15 @@ impl Ordering {
     pub fn is_active(&self) -> bool {
         self.all || !self.types.is_empty()
     }
+
+    /// Whether events of `aggregate_type` are ordered.
+    pub fn orders(&self, aggregate_type: &str) -> bool {
+        self.all
+            || self
+                .types
+                .binary_search_by(|t| t.as_str().cmp(aggregate_type))
+                .is_ok()
+    }
 }
 
 /// Whether the schema has migration 6 (the switch's table). Asked rather than left to a failing
@@ -88,6 +97,25 @@ pub async fn load(conn: &mut PgConnection) -> sqlx::Result<Option<Ordering>> {
         all,
         types: if all { Vec::new() } else { types },
     }))
+}
+
+/// Whether the key of the row `{k}` (its `aggregate_type`, `tenant_id` and `aggregate_id`) is
+/// blocked by a dead-lettered head (`ordering enable --on-dead block`): a probe of the tiny
+/// `outbox_blocking_idx`. The ordered claim and log mode's ordered reads both ask it.
+pub fn key_blocked(k: &str) -> String {
+    format!(
+        "EXISTS (SELECT FROM outbox b
+                  WHERE b.blocks_key AND b.dead_lettered_at IS NOT NULL
+                    AND b.aggregate_type = {k}.aggregate_type AND b.tenant_id = {k}.tenant_id
+                    AND b.aggregate_id = {k}.aggregate_id)"
+    )
+}
+
+/// Whether the row `{k}`'s aggregate type is ordered, by the switch as a relay read it (`$all`:
+/// every type, `$types`: the named ones): two parameters, so a statement that asks it is planned
+/// once whatever the switch.
+pub fn type_ordered(k: &str, all: &str, types: &str) -> String {
+    format!("({all} OR {k}.aggregate_type = ANY({types}))")
 }
 
 /// One row of `ordering status`.
@@ -632,6 +660,7 @@ fn claim_sql(set: &str, all: bool) -> String {
                       o.payload::text AS payload, o.headers::text AS headers, o.idempotency_key,
                       o.created_at, o.attempt_count";
     const CUT_FACTOR: i64 = 4;
+    let blocked = key_blocked("x");
     format!(
         "WITH RECURSIVE probe AS MATERIALIZED (
             SELECT o.aggregate_type, o.tenant_id, o.aggregate_id, o.id, o.ctid, o.available_at,
@@ -674,13 +703,7 @@ fn claim_sql(set: &str, all: bool) -> String {
                                                CASE WHEN x.first AND x.available_at <= now()
                                                          AND (x.locked_until IS NULL
                                                               OR x.locked_until < now())
-                                                    THEN NOT EXISTS (
-                                                        SELECT FROM outbox b
-                                                         WHERE b.blocks_key
-                                                           AND b.dead_lettered_at IS NOT NULL
-                                                           AND b.aggregate_type = x.aggregate_type
-                                                           AND b.tenant_id = x.tenant_id
-                                                           AND b.aggregate_id = x.aggregate_id)
+                                                    THEN NOT {blocked}
                                                      AND ($11 = 0 OR NOT EXISTS (
                                                         SELECT FROM outbox p
                                                          WHERE p.aggregate_type = x.aggregate_type
