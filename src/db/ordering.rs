@@ -353,10 +353,22 @@ pub struct Blocked {
     pub oldest_blocked_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// What a blocked key holds back of its rows `o`: the pending ones, and in log mode (where an
+/// event the log published has no mark) only those the log has not published
+/// ([`super::log::PENDING`]): `stats`, `doctor`, `dead list` and `top` mean the same in both.
+async fn held_back(conn: &mut PgConnection) -> sqlx::Result<String> {
+    Ok(if super::log::is_on(conn).await? {
+        format!(" AND {}", super::log::PENDING)
+    } else {
+        String::new()
+    })
+}
+
 /// The blocked keys' figures: the blocking heads from `outbox_blocking_idx`, their keys' pending
-/// rows from `outbox_key_pending_idx`.
+/// rows from `outbox_key_pending_idx` (while it exists).
 pub async fn blocked(conn: &mut PgConnection) -> sqlx::Result<Blocked> {
-    sqlx::query_as(
+    let held = held_back(&mut *conn).await?;
+    sqlx::query_as(&format!(
         "WITH k AS (
              SELECT aggregate_type, tenant_id, aggregate_id, min(dead_lettered_at) AS at
                FROM outbox WHERE blocks_key AND dead_lettered_at IS NOT NULL
@@ -366,11 +378,11 @@ pub async fn blocked(conn: &mut PgConnection) -> sqlx::Result<Blocked> {
                 coalesce(sum((SELECT count(*) FROM outbox o
                                WHERE o.aggregate_type = k.aggregate_type
                                  AND o.tenant_id = k.tenant_id AND o.aggregate_id = k.aggregate_id
-                                 AND o.published_at IS NULL AND o.dead_lettered_at IS NULL)), 0)::bigint
+                                 AND o.published_at IS NULL AND o.dead_lettered_at IS NULL{held})), 0)::bigint
                   AS blocked_events,
                 min(at) AS oldest_blocked_at
-           FROM k",
-    )
+           FROM k"
+    ))
     .fetch_one(conn)
     .await
 }
@@ -400,25 +412,34 @@ pub struct BlockedKey {
 /// The `$1` keys blocked longest: the blocking heads from `outbox_blocking_idx` (only dead rows
 /// that block: a handful), each key's pending rows counted from `outbox_key_pending_idx` (or,
 /// with ordering switched off and that index dropped, from `outbox_ready_idx`: pending rows only
-/// either way).
-pub const BLOCKED_KEYS: &str =
-    "SELECT d.aggregate_type, d.tenant_id, d.aggregate_id, d.id AS head_id,
+/// either way; `{held}`: [`held_back`]).
+fn blocked_keys_sql(held: &str) -> String {
+    format!(
+        "SELECT d.aggregate_type, d.tenant_id, d.aggregate_id, d.id AS head_id,
         d.dead_lettered_at AS blocked_at,
         (SELECT count(*) FROM outbox o
           WHERE o.aggregate_type = d.aggregate_type AND o.tenant_id = d.tenant_id
             AND o.aggregate_id = d.aggregate_id
-            AND o.published_at IS NULL AND o.dead_lettered_at IS NULL) AS pending
+            AND o.published_at IS NULL AND o.dead_lettered_at IS NULL{held}) AS pending
    FROM outbox d
   WHERE d.blocks_key AND d.dead_lettered_at IS NOT NULL
   ORDER BY d.dead_lettered_at, d.id
-  LIMIT $1";
+  LIMIT $1"
+    )
+}
 
-/// [`BLOCKED_KEYS`]; empty on a schema without migration 6.
+/// [`blocked_keys_sql`] in queue mode (its plan is pinned by a test).
+pub static BLOCKED_KEYS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| blocked_keys_sql(""));
+
+/// The `limit` keys blocked longest ([`blocked_keys_sql`]); empty on a schema without
+/// migration 6.
 pub async fn blocked_keys(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<BlockedKey>> {
     if !migrated(conn).await? {
         return Ok(Vec::new());
     }
-    sqlx::query_as(BLOCKED_KEYS)
+    let held = held_back(&mut *conn).await?;
+    sqlx::query_as(&blocked_keys_sql(&held))
         .bind(limit)
         .fetch_all(conn)
         .await
@@ -433,14 +454,15 @@ pub async fn blocking_heads(
     if !migrated(conn).await? {
         return Ok(Default::default());
     }
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
+    let held = held_back(&mut *conn).await?;
+    let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
         "SELECT d.id, (SELECT count(*) FROM outbox o
                         WHERE o.aggregate_type = d.aggregate_type AND o.tenant_id = d.tenant_id
                           AND o.aggregate_id = d.aggregate_id
-                          AND o.published_at IS NULL AND o.dead_lettered_at IS NULL)
+                          AND o.published_at IS NULL AND o.dead_lettered_at IS NULL{held})
            FROM outbox d
-          WHERE d.blocks_key AND d.dead_lettered_at IS NOT NULL",
-    )
+          WHERE d.blocks_key AND d.dead_lettered_at IS NOT NULL"
+    ))
     .fetch_all(conn)
     .await?;
     Ok(rows.into_iter().collect())

@@ -832,3 +832,66 @@ fn split_page(
     });
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, aggregate_type: &str, aggregate_id: &str, due: bool) -> LogRow {
+        LogRow {
+            event: ClaimedRow {
+                id,
+                tenant_id: Uuid::nil(),
+                aggregate_type: aggregate_type.into(),
+                aggregate_id: aggregate_id.into(),
+                event_type: "e".into(),
+                payload: "{}".into(),
+                headers: "{}".into(),
+                idempotency_key: id.to_string(),
+                created_at: chrono::Utc::now(),
+                attempt_count: 1,
+            },
+            xid: id.to_string(),
+            due,
+            live: true,
+            available_at: chrono::DateTime::UNIX_EPOCH,
+        }
+    }
+
+    fn ids(rows: &[ClaimedRow]) -> Vec<i64> {
+        rows.iter().map(|r| r.id).collect()
+    }
+
+    #[test]
+    fn a_page_sends_an_ordered_key_up_to_its_first_delayed_event_and_none_of_a_waiting_key() {
+        let ordering = Ordering {
+            all: false,
+            types: vec!["order".into()],
+        };
+        let rows = [
+            row(1, "order", "a", true),
+            row(2, "order", "b", true),
+            row(3, "order", "a", false), // delayed: stops a
+            row(4, "order", "a", true),
+            row(5, "other", "a", false), // unordered, delayed: only itself
+            row(6, "other", "a", true),
+            row(7, "order", "w", true), // w waits already
+            row(8, "order", "b", true),
+        ];
+        let w: Key = ("order".into(), Uuid::nil(), "w".into());
+        let s = split_page(&rows, Some(&ordering), [w.clone()].into());
+        assert_eq!(ids(&s.unordered), vec![6]);
+        assert_eq!(ids(&s.ordered), vec![1, 2, 8], "by key, each in page order");
+        let later: Vec<i64> = s.later.iter().map(|(id, _)| *id).collect();
+        assert_eq!(later, vec![3, 4, 5, 7]);
+        let epoch = chrono::DateTime::UNIX_EPOCH;
+        assert_eq!(s.later[0].1, epoch, "a delayed event at its time");
+        assert_ne!(s.later[1].1, epoch, "one behind it due now");
+        let a: Key = ("order".into(), Uuid::nil(), "a".into());
+        assert_eq!(s.stopped, [a, w].into());
+        // Ordering off: the page as before.
+        let s = split_page(&rows, None, Default::default());
+        assert_eq!(ids(&s.unordered), vec![1, 2, 4, 6, 7, 8]);
+        assert!(s.ordered.is_empty() && s.stopped.is_empty());
+    }
+}

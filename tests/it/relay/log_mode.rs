@@ -1118,13 +1118,14 @@ async fn ordering_in_log_mode_holds_a_key_behind_its_poison_head_until_requeued_
     run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
     let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let server = poison_consumer(422, &fail);
-    // Three per page: bad 1 (poison), good 1, bad 2 | good 2, bad 3, skipme 1 (poison) |
-    // good 3, skipme 2, bad 4 | skipme 3.
+    // Three per page: bad 0, bad 1 (poison), bad 2 | good 1, bad 3, good 2 | skipme 1 (poison),
+    // good 3, skipme 2 | bad 4, skipme 3.
+    insert_keyed(&db, "bad", 0, false).await;
     let head = insert_keyed(&db, "bad", 1, true).await;
-    insert_keyed(&db, "good", 1, false).await;
     insert_keyed(&db, "bad", 2, false).await;
-    insert_keyed(&db, "good", 2, false).await;
+    insert_keyed(&db, "good", 1, false).await;
     insert_keyed(&db, "bad", 3, false).await;
+    insert_keyed(&db, "good", 2, false).await;
     let skip_head = insert_keyed(&db, "skipme", 1, true).await;
     insert_keyed(&db, "good", 3, false).await;
     insert_keyed(&db, "skipme", 2, false).await;
@@ -1137,8 +1138,8 @@ async fn ordering_in_log_mode_holds_a_key_behind_its_poison_head_until_requeued_
     assert_eq!(taken.get("good"), Some(&vec![1, 2, 3]), "other keys flow");
     assert_eq!(
         taken.get("bad"),
-        None,
-        "nothing of the key behind its dead head"
+        Some(&vec![0]),
+        "nothing behind its dead head"
     );
     assert_eq!(taken.get("skipme"), None);
     assert_eq!(
@@ -1153,14 +1154,26 @@ async fn ordering_in_log_mode_holds_a_key_behind_its_poison_head_until_requeued_
     // of an event of the key written since.
     insert_keyed(&db, "bad", 5, false).await;
     relay().once_json();
-    assert_eq!(taken_by_key(&server).get("bad"), None);
+    assert_eq!(taken_by_key(&server).get("bad"), Some(&vec![0]));
+    // What the blocked keys hold back is what the log has not sent: not bad 0.
+    let stats = run_json(&db, &["stats", "--json"]);
+    assert_eq!(stats["blocked_keys"], 2, "{stats}");
+    assert_eq!(stats["blocked_events"], 6, "bad 2-5, skipme 2-3: {stats}");
+    let dead = run_json(&db, &["dead", "list", "--json"]);
+    let blocking = dead["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == head)
+        .map(|e| e["blocking"].clone());
+    assert_eq!(blocking, Some(4.into()), "{dead}");
 
     // The consumer is fixed: requeue resumes the key, head first.
     fail.store(false, std::sync::atomic::Ordering::SeqCst);
     run(&db, &["requeue", &head.to_string()], 0);
     relay().once_json();
     let taken = taken_by_key(&server);
-    assert_eq!(taken.get("bad"), Some(&vec![1, 2, 3, 4, 5]), "in order");
+    assert_eq!(taken.get("bad"), Some(&vec![0, 1, 2, 3, 4, 5]), "in order");
     assert_eq!(taken.get("skipme"), None, "still blocked");
 
     // Skip the other key's dead head: it stays dead, the rest flows.
@@ -1197,7 +1210,7 @@ async fn ordering_in_log_mode_holds_a_key_behind_its_poison_head_until_requeued_
     relay().once_json();
     assert_eq!(taken_by_key(&server).get("self-skip"), Some(&vec![2, 3]));
     let total: usize = taken_by_key(&server).values().map(Vec::len).sum();
-    assert_eq!(total, 3 + 5 + 2 + 2, "each event once");
+    assert_eq!(total, 3 + 6 + 2 + 2, "each event once");
 }
 
 /// Ordered delivery in log mode, a retried (not dead) head: its key's later events, in its page
