@@ -681,15 +681,27 @@ pub async fn read_retries(
     limit: i64,
     ordered: Option<&Ordering>,
 ) -> sqlx::Result<Vec<LogRow>> {
+    let sql = read_retries_sql(ordered.is_some());
+    let q = sqlx::query_as(&sql).bind(limit);
+    let q = match ordered {
+        None => q,
+        Some(o) => q.bind(o.all).bind(&o.types),
+    };
+    q.persistent(true).fetch_all(conn).await
+}
+
+/// [`read_retries`]' statement: `$1` the limit; `ordered`: with `$2` every type ordered and `$3`
+/// the ordered types (the plan is pinned by a test).
+pub fn read_retries_sql(ordered: bool) -> String {
     let heads = match ordered {
-        None => String::new(),
-        Some(_) => format!(
+        false => String::new(),
+        true => format!(
             "\n                    AND (NOT {} OR ({NO_EARLIER_ENTRY} AND NOT {}))",
             super::ordering::type_ordered("r", "$2", "$3"),
             super::ordering::key_blocked("r"),
         ),
     };
-    let sql = format!(
+    format!(
         "WITH stale AS (
            DELETE FROM outbox_log_retry r
             WHERE r.available_at <= now()
@@ -704,13 +716,7 @@ pub async fn read_retries(
           WHERE o.published_at IS NULL AND o.dead_lettered_at IS NULL
             AND (o.locked_until IS NULL OR o.locked_until < now())
           ORDER BY r.available_at, r.id"
-    );
-    let q = sqlx::query_as(&sql).bind(limit);
-    let q = match ordered {
-        None => q,
-        Some(o) => q.bind(o.all).bind(&o.types),
-    };
-    q.persistent(true).fetch_all(conn).await
+    )
 }
 
 /// Whether the retry-set entry `r` has no earlier entry of its key (in (xid, id) order, the order
@@ -733,18 +739,7 @@ pub async fn waiting_keys(
 ) -> sqlx::Result<Vec<usize>> {
     let (types, (tenants, aggs)): (Vec<&str>, (Vec<Uuid>, Vec<&str>)) =
         keys.iter().map(|&(t, n, a)| (t, (n, a))).unzip();
-    let sql = format!(
-        "SELECT (k.i - 1)::bigint
-           FROM unnest($1::text[], $2::uuid[], $3::text[]) WITH ORDINALITY
-                  AS k(aggregate_type, tenant_id, aggregate_id, i)
-          WHERE EXISTS (SELECT FROM outbox_log_retry r JOIN outbox o ON o.id = r.id
-                         WHERE r.aggregate_type = k.aggregate_type AND r.tenant_id = k.tenant_id
-                           AND r.aggregate_id = k.aggregate_id
-                           AND o.published_at IS NULL AND o.dead_lettered_at IS NULL)
-             OR {}",
-        super::ordering::key_blocked("k")
-    );
-    let found: Vec<i64> = sqlx::query_scalar(&sql)
+    let found: Vec<i64> = sqlx::query_scalar(&waiting_keys_sql())
         .bind(&types)
         .bind(&tenants)
         .bind(&aggs)
@@ -755,6 +750,21 @@ pub async fn waiting_keys(
         .into_iter()
         .filter_map(|i| usize::try_from(i).ok())
         .collect())
+}
+
+/// [`waiting_keys`]' statement: `$1`..`$3` the keys' columns (the plan is pinned by a test).
+pub fn waiting_keys_sql() -> String {
+    format!(
+        "SELECT (k.i - 1)::bigint
+           FROM unnest($1::text[], $2::uuid[], $3::text[]) WITH ORDINALITY
+                  AS k(aggregate_type, tenant_id, aggregate_id, i)
+          WHERE EXISTS (SELECT FROM outbox_log_retry r JOIN outbox o ON o.id = r.id
+                         WHERE r.aggregate_type = k.aggregate_type AND r.tenant_id = k.tenant_id
+                           AND r.aggregate_id = k.aggregate_id
+                           AND o.published_at IS NULL AND o.dead_lettered_at IS NULL)
+             OR {}",
+        super::ordering::key_blocked("k")
+    )
 }
 
 /// Moves what queue mode left pending at the switch into the retry set (at its due time; a row

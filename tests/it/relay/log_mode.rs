@@ -1283,3 +1283,68 @@ async fn ordering_in_log_mode_sends_a_retried_head_then_its_keys_later_events_in
         "{stats}"
     );
 }
+
+/// Ordered delivery's statements in log mode go by key through the retry set's key index
+/// (migration 15) and the blocking heads' index, never a scan of the outbox or of the retry set
+/// (which grows while a blocked key's events wait), as custom and as generic plans, with the
+/// relay's planner settings.
+#[tokio::test]
+async fn ordering_in_log_mode_reads_the_retry_set_by_key() {
+    use crate::support::plans::{explain_custom_and_generic, plan_nodes};
+    let db = TestDb::new().await;
+    run(&db, &["log", "enable"], 0);
+    db.exec(
+        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+         SELECT '00000000-0000-0000-0000-000000000001', 'order', (g % 500)::text, 'e', '{}', g::text
+           FROM generate_series(1, 20000) g;
+         INSERT INTO outbox_log_retry (id, available_at) SELECT id, now() FROM outbox WHERE id % 10 = 0;
+         UPDATE outbox SET dead_lettered_at = now(), blocks_key = true WHERE id = 5;
+         ANALYZE outbox; ANALYZE outbox_log_retry",
+    )
+    .await;
+    let (with_keys, without): (i64, i64) = db
+        .row("SELECT count(aggregate_id), count(*) FILTER (WHERE aggregate_id IS NULL) FROM outbox_log_retry")
+        .await;
+    assert_eq!(
+        (with_keys, without),
+        (2000, 0),
+        "the trigger fills every entry's key"
+    );
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET enable_seqscan = off; SET jit = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let statements = [
+        (
+            "waiting_keys",
+            outboxctl::db::log::waiting_keys_sql(),
+            "('{order,order}'::text[], '{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000001}'::uuid[], '{1,50}'::text[])",
+        ),
+        (
+            "read_retries",
+            outboxctl::db::log::read_retries_sql(true),
+            "(500, true, '{}'::text[])",
+        ),
+    ];
+    for (name, sql, args) in statements {
+        for (mode, plan) in explain_custom_and_generic(&mut conn, name, &sql, args).await {
+            let nodes = plan_nodes(&plan[0]["Plan"]);
+            let scans: Vec<String> = nodes
+                .iter()
+                .filter(|n| n["Node Type"] == "Seq Scan")
+                .map(|n| n["Relation Name"].to_string())
+                .collect();
+            let indexes: std::collections::BTreeSet<&str> = nodes
+                .iter()
+                .filter_map(|n| n["Index Name"].as_str())
+                .collect();
+            assert!(scans.is_empty(), "{name} ({mode}) scans {scans:?}: {plan}");
+            assert!(
+                indexes.contains("outbox_log_retry_key_idx")
+                    && indexes.contains("outbox_blocking_idx"),
+                "{name} ({mode}): {indexes:?}"
+            );
+        }
+    }
+}
