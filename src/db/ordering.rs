@@ -293,20 +293,27 @@ pub enum Skipped {
 /// is dead-lettered (`last_error` says so) without blocking. Either way the rest of the key flows.
 /// The claim token is cleared, as `events edit` does: a relay whose lease on the head ran out
 /// (paused, say) and that settles late, or retries its settle after a lost connection, must not
-/// count the skipped head as published ([`crate::db::relay::still_claimed`]). `None` when `id` is neither (published, leased, unknown, or a dead letter that blocks nothing).
+/// count the skipped head as published ([`crate::db::relay::still_claimed`]). `None` when `id` is neither (published, by the log too, leased, unknown, or a dead letter that blocks nothing).
 pub async fn skip(
     conn: &mut PgConnection,
     id: i64,
     audit: &Audit,
 ) -> sqlx::Result<Option<Skipped>> {
-    let done: Option<bool> = sqlx::query_scalar(
+    // In log mode an event the log published carries no mark: it is not a pending head.
+    let unpublished = if super::log::is_on(&mut *conn).await? {
+        format!(" AND NOT {}", *super::log::PUBLISHED)
+    } else {
+        String::new()
+    };
+    let done: Option<bool> = sqlx::query_scalar(&format!(
         "WITH old AS (
-             SELECT id, dead_lettered_at, attempt_count, last_error, blocks_key
-               FROM outbox
-              WHERE id = $1 AND published_at IS NULL
-                AND ((dead_lettered_at IS NOT NULL AND blocks_key)
-                     OR (dead_lettered_at IS NULL AND (locked_until IS NULL OR locked_until < now())))
-                FOR UPDATE
+             SELECT o.id, o.dead_lettered_at, o.attempt_count, o.last_error, o.blocks_key
+               FROM outbox o
+              WHERE o.id = $1 AND o.published_at IS NULL
+                AND ((o.dead_lettered_at IS NOT NULL AND o.blocks_key)
+                     OR (o.dead_lettered_at IS NULL
+                         AND (o.locked_until IS NULL OR o.locked_until < now()){unpublished}))
+                FOR UPDATE OF o
          ), s AS (
              UPDATE outbox o
                 SET blocks_key = false,
@@ -326,8 +333,8 @@ pub async fn skip(
                                    'attempt_count', attempt_count, 'last_error', last_error),
                 jsonb_build_object('was_dead', was_dead)
            FROM s
-         RETURNING (details ->> 'was_dead')::boolean",
-    )
+         RETURNING (details ->> 'was_dead')::boolean"
+    ))
     .bind(id)
     .bind(&audit.actor)
     .bind(audit.reason.as_deref())

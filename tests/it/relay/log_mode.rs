@@ -1120,7 +1120,7 @@ async fn ordering_in_log_mode_holds_a_key_behind_its_poison_head_until_requeued_
     let server = poison_consumer(422, &fail);
     // Three per page: bad 0, bad 1 (poison), bad 2 | good 1, bad 3, good 2 | skipme 1 (poison),
     // good 3, skipme 2 | bad 4, skipme 3.
-    insert_keyed(&db, "bad", 0, false).await;
+    let bad0 = insert_keyed(&db, "bad", 0, false).await;
     let head = insert_keyed(&db, "bad", 1, true).await;
     insert_keyed(&db, "bad", 2, false).await;
     insert_keyed(&db, "good", 1, false).await;
@@ -1188,6 +1188,18 @@ async fn ordering_in_log_mode_holds_a_key_behind_its_poison_head_until_requeued_
     );
     let stats = run_json(&db, &["stats", "--json"]);
     assert_eq!(stats["blocked_keys"], 0, "{stats}");
+    // An event the log published is not a head to skip (it carries no mark).
+    let out = run(&db, &["ordering", "skip", &bad0.to_string()], 1);
+    assert!(
+        stderr(&out).contains("is not a head to skip"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        db.count("dead_lettered_at IS NOT NULL").await,
+        1,
+        "skipme 1 only"
+    );
 
     // --on-dead skip: the key moves on past its dead head by itself, in the same run.
     run(
