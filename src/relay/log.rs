@@ -564,14 +564,12 @@ impl Relay {
                     Err(_) => return given_back(report),
                 }
             }
-            let split = split_page(rows, page_ordered, waiting);
-            let mut later = split.later;
             let Split {
                 unordered,
                 ordered: in_order,
+                mut later,
                 mut stopped,
-                ..
-            } = split;
+            } = split_page(rows, page_ordered, waiting);
             // Unordered, the page after this one needs nothing of its outcomes.
             let mut stopped_tx = Some(stopped_tx);
             if page_ordered.is_none() {
