@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::cli::{LogModeArgs, LogModeChangeArgs, LogModeCommand, LogModeStatusArgs};
 use crate::config::DbConfig;
 use crate::db::{self, log as sql, migrate::LOG_SCHEMA};
-use crate::exit::{CodedError, OK};
+use crate::exit::OK;
 use crate::output;
 
 pub async fn run(args: LogModeArgs) -> anyhow::Result<u8> {
@@ -78,12 +78,6 @@ async fn enable(
     conn: &mut sqlx::PgConnection,
     audit: &db::audit::Audit,
 ) -> anyhow::Result<(bool, u64)> {
-    if db::ordering::any_enabled(conn).await? {
-        return Err(CodedError::usage(
-            "ordering is on (`outboxctl ordering status`): log mode does not yet keep a key's events behind a retried one; switch ordering off first (`outboxctl ordering disable`)",
-        )
-        .into());
-    }
     // The index first: the reader's pages walk it as soon as the position is taken.
     match sql::xid_index(conn).await? {
         Some(true) => {}

@@ -9,7 +9,12 @@ use crate::cli::{
     OrderingSkipArgs, OrderingStatusArgs,
 };
 use crate::config::DbConfig;
-use crate::db::{self, audit::Audit, migrate::ORDERING_SCHEMA, ordering as sql};
+use crate::db::{
+    self,
+    audit::Audit,
+    migrate::{LOG_SCHEMA, ORDERING_SCHEMA},
+    ordering as sql,
+};
 use crate::exit::{CodedError, FAILURE, OK};
 use crate::output;
 
@@ -160,11 +165,9 @@ async fn enable(args: OrderingEnableArgs) -> anyhow::Result<u8> {
     db::ensure_migrated_through(&pool, &cfg, ORDERING_SCHEMA).await?;
     let mut conn = pool.acquire().await?;
     let (index, changed) = with_switch_lock(&mut conn, async |conn| {
+        // Log mode keeps a key's events waiting by its retry set's keys (migration 15).
         if db::log::is_on(conn).await? {
-            return Err(CodedError::usage(
-                "log mode is on (`outboxctl log status`): it does not yet keep a key's events behind a retried one; switch it off first (`outboxctl log disable`)",
-            )
-            .into());
+            db::ensure_migrated_through(&mut *conn, &cfg, LOG_SCHEMA).await?;
         }
         // The index first: relays take the ordered claim, which walks it, as soon as the row is in.
         let index = ensure_key_index(&pool, json).await?;

@@ -18,6 +18,7 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use super::audit::Audit;
+use super::ordering::Ordering;
 use super::relay::{jsonb_size, ClaimedRow, Failure};
 
 /// The index the reader's pages walk, built by `log enable`.
@@ -674,9 +675,36 @@ pub async fn read_page(
 }
 
 /// Reads at most `limit` due events of the retry set (live ones; an entry whose event was
-/// published, dead-lettered or deleted meanwhile is dropped on the way).
-pub async fn read_retries(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<LogRow>> {
-    let sql = format!(
+/// published, dead-lettered or deleted meanwhile is dropped on the way). With `ordered` (the
+/// switch of ordered delivery, while a type is ordered), an entry of an ordered type is read only
+/// when it is its key's head: no earlier entry of the key ([`NO_EARLIER_ENTRY`]) and the key not
+/// blocked by a dead-lettered head. The key's later entries wait for it, due or not.
+pub async fn read_retries(
+    conn: &mut PgConnection,
+    limit: i64,
+    ordered: Option<&Ordering>,
+) -> sqlx::Result<Vec<LogRow>> {
+    let sql = read_retries_sql(ordered.is_some());
+    let q = sqlx::query_as(&sql).bind(limit);
+    let q = match ordered {
+        None => q,
+        Some(o) => q.bind(o.all).bind(&o.types),
+    };
+    q.persistent(true).fetch_all(conn).await
+}
+
+/// [`read_retries`]' statement: `$1` the limit; `ordered`: with `$2` every type ordered and `$3`
+/// the ordered types (the plan is pinned by a test).
+pub fn read_retries_sql(ordered: bool) -> String {
+    let heads = match ordered {
+        false => String::new(),
+        true => format!(
+            "\n                    AND (NOT {} OR ({NO_EARLIER_ENTRY} AND NOT {}))",
+            super::ordering::type_ordered("r", "$2", "$3"),
+            super::ordering::key_blocked("r"),
+        ),
+    };
+    format!(
         "WITH stale AS (
            DELETE FROM outbox_log_retry r
             WHERE r.available_at <= now()
@@ -684,19 +712,62 @@ pub async fn read_retries(conn: &mut PgConnection, limit: i64) -> sqlx::Result<V
                                  AND o.published_at IS NULL AND o.dead_lettered_at IS NULL)
          )
          SELECT {EVENT_COLUMNS}
-           FROM (SELECT id, available_at FROM outbox_log_retry
-                  WHERE available_at <= now()
+           FROM (SELECT id, available_at FROM outbox_log_retry r
+                  WHERE available_at <= now(){heads}
                   ORDER BY available_at, id LIMIT $1) r
            JOIN outbox o ON o.id = r.id
           WHERE o.published_at IS NULL AND o.dead_lettered_at IS NULL
             AND (o.locked_until IS NULL OR o.locked_until < now())
           ORDER BY r.available_at, r.id"
-    );
-    sqlx::query_as(&sql)
-        .bind(limit)
+    )
+}
+
+/// Whether the retry-set entry `r` has no earlier entry of its key (in (xid, id) order, the order
+/// the log reads) whose event is still to be sent. Probes `outbox_log_retry_key_idx` (migration
+/// 15): a head has no earlier entry at all, a waiting entry meets its head first.
+const NO_EARLIER_ENTRY: &str = "NOT EXISTS (
+                          SELECT FROM outbox_log_retry e JOIN outbox p ON p.id = e.id
+                           WHERE e.aggregate_type = r.aggregate_type AND e.tenant_id = r.tenant_id
+                             AND e.aggregate_id = r.aggregate_id AND (e.xid, e.id) < (r.xid, r.id)
+                             AND p.published_at IS NULL AND p.dead_lettered_at IS NULL)";
+
+/// Which of `keys` (aggregate type, tenant, aggregate id) have their events wait: an event of
+/// the key is in the retry set and still to be sent, or a dead-lettered head blocks the key.
+/// A page's event of such a key (of an ordered type) is not published: it joins the retry set
+/// behind them. Returns the indexes into `keys`, in one statement (a probe of
+/// `outbox_log_retry_key_idx` and of `outbox_blocking_idx` per key).
+pub async fn waiting_keys(
+    conn: &mut PgConnection,
+    keys: &[(&str, Uuid, &str)],
+) -> sqlx::Result<Vec<usize>> {
+    let (types, (tenants, aggs)): (Vec<&str>, (Vec<Uuid>, Vec<&str>)) =
+        keys.iter().map(|&(t, n, a)| (t, (n, a))).unzip();
+    let found: Vec<i64> = sqlx::query_scalar(&waiting_keys_sql())
+        .bind(&types)
+        .bind(&tenants)
+        .bind(&aggs)
         .persistent(true)
         .fetch_all(conn)
-        .await
+        .await?;
+    Ok(found
+        .into_iter()
+        .filter_map(|i| usize::try_from(i).ok())
+        .collect())
+}
+
+/// [`waiting_keys`]' statement: `$1`..`$3` the keys' columns (the plan is pinned by a test).
+pub fn waiting_keys_sql() -> String {
+    format!(
+        "SELECT (k.i - 1)::bigint
+           FROM unnest($1::text[], $2::uuid[], $3::text[]) WITH ORDINALITY
+                  AS k(aggregate_type, tenant_id, aggregate_id, i)
+          WHERE EXISTS (SELECT FROM outbox_log_retry r JOIN outbox o ON o.id = r.id
+                         WHERE r.aggregate_type = k.aggregate_type AND r.tenant_id = k.tenant_id
+                           AND r.aggregate_id = k.aggregate_id
+                           AND o.published_at IS NULL AND o.dead_lettered_at IS NULL)
+             OR {}",
+        super::ordering::key_blocked("k")
+    )
 }
 
 /// Moves what queue mode left pending at the switch into the retry set (at its due time; a row

@@ -34,8 +34,9 @@ pub const EDIT_SCHEMA: i64 = 5;
 pub const ORDERING_SCHEMA: i64 = 6;
 /// Migration 12: the audit trail records `replay` runs.
 pub const REPLAY_SCHEMA: i64 = 12;
-/// Log mode's column and tables (`outboxctl log`).
-pub const LOG_SCHEMA: i64 = 14;
+/// Log mode's column and tables (`outboxctl log`, migration 14), and its retry set's keys
+/// (migration 15: ordered delivery in log mode).
+pub const LOG_SCHEMA: i64 = 15;
 
 /// Where one migration stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]

@@ -58,6 +58,15 @@ impl Ordering {
     pub fn is_active(&self) -> bool {
         self.all || !self.types.is_empty()
     }
+
+    /// Whether events of `aggregate_type` are ordered.
+    pub fn orders(&self, aggregate_type: &str) -> bool {
+        self.all
+            || self
+                .types
+                .binary_search_by(|t| t.as_str().cmp(aggregate_type))
+                .is_ok()
+    }
 }
 
 /// Whether the schema has migration 6 (the switch's table). Asked rather than left to a failing
@@ -88,6 +97,25 @@ pub async fn load(conn: &mut PgConnection) -> sqlx::Result<Option<Ordering>> {
         all,
         types: if all { Vec::new() } else { types },
     }))
+}
+
+/// Whether the key of the row `{k}` (its `aggregate_type`, `tenant_id` and `aggregate_id`) is
+/// blocked by a dead-lettered head (`ordering enable --on-dead block`): a probe of the tiny
+/// `outbox_blocking_idx`. The ordered claim and log mode's ordered reads both ask it.
+pub fn key_blocked(k: &str) -> String {
+    format!(
+        "EXISTS (SELECT FROM outbox b
+                  WHERE b.blocks_key AND b.dead_lettered_at IS NOT NULL
+                    AND b.aggregate_type = {k}.aggregate_type AND b.tenant_id = {k}.tenant_id
+                    AND b.aggregate_id = {k}.aggregate_id)"
+    )
+}
+
+/// Whether the row `{k}`'s aggregate type is ordered, by the switch as a relay read it (`$all`:
+/// every type, `$types`: the named ones): two parameters, so a statement that asks it is planned
+/// once whatever the switch.
+pub fn type_ordered(k: &str, all: &str, types: &str) -> String {
+    format!("({all} OR {k}.aggregate_type = ANY({types}))")
 }
 
 /// One row of `ordering status`.
@@ -265,20 +293,27 @@ pub enum Skipped {
 /// is dead-lettered (`last_error` says so) without blocking. Either way the rest of the key flows.
 /// The claim token is cleared, as `events edit` does: a relay whose lease on the head ran out
 /// (paused, say) and that settles late, or retries its settle after a lost connection, must not
-/// count the skipped head as published ([`crate::db::relay::still_claimed`]). `None` when `id` is neither (published, leased, unknown, or a dead letter that blocks nothing).
+/// count the skipped head as published ([`crate::db::relay::still_claimed`]). `None` when `id` is neither (published, by the log too, leased, unknown, or a dead letter that blocks nothing).
 pub async fn skip(
     conn: &mut PgConnection,
     id: i64,
     audit: &Audit,
 ) -> sqlx::Result<Option<Skipped>> {
-    let done: Option<bool> = sqlx::query_scalar(
+    // In log mode an event the log published carries no mark: it is not a pending head.
+    let unpublished = if super::log::is_on(&mut *conn).await? {
+        format!(" AND NOT {}", *super::log::PUBLISHED)
+    } else {
+        String::new()
+    };
+    let done: Option<bool> = sqlx::query_scalar(&format!(
         "WITH old AS (
-             SELECT id, dead_lettered_at, attempt_count, last_error, blocks_key
-               FROM outbox
-              WHERE id = $1 AND published_at IS NULL
-                AND ((dead_lettered_at IS NOT NULL AND blocks_key)
-                     OR (dead_lettered_at IS NULL AND (locked_until IS NULL OR locked_until < now())))
-                FOR UPDATE
+             SELECT o.id, o.dead_lettered_at, o.attempt_count, o.last_error, o.blocks_key
+               FROM outbox o
+              WHERE o.id = $1 AND o.published_at IS NULL
+                AND ((o.dead_lettered_at IS NOT NULL AND o.blocks_key)
+                     OR (o.dead_lettered_at IS NULL
+                         AND (o.locked_until IS NULL OR o.locked_until < now()){unpublished}))
+                FOR UPDATE OF o
          ), s AS (
              UPDATE outbox o
                 SET blocks_key = false,
@@ -298,8 +333,8 @@ pub async fn skip(
                                    'attempt_count', attempt_count, 'last_error', last_error),
                 jsonb_build_object('was_dead', was_dead)
            FROM s
-         RETURNING (details ->> 'was_dead')::boolean",
-    )
+         RETURNING (details ->> 'was_dead')::boolean"
+    ))
     .bind(id)
     .bind(&audit.actor)
     .bind(audit.reason.as_deref())
@@ -325,10 +360,22 @@ pub struct Blocked {
     pub oldest_blocked_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// What a blocked key holds back of its rows `o`: the pending ones, and in log mode (where an
+/// event the log published has no mark) only those the log has not published
+/// ([`super::log::PENDING`]): `stats`, `doctor`, `dead list` and `top` mean the same in both.
+async fn held_back(conn: &mut PgConnection) -> sqlx::Result<String> {
+    Ok(if super::log::is_on(conn).await? {
+        format!(" AND {}", super::log::PENDING)
+    } else {
+        String::new()
+    })
+}
+
 /// The blocked keys' figures: the blocking heads from `outbox_blocking_idx`, their keys' pending
-/// rows from `outbox_key_pending_idx`.
+/// rows from `outbox_key_pending_idx` (while it exists).
 pub async fn blocked(conn: &mut PgConnection) -> sqlx::Result<Blocked> {
-    sqlx::query_as(
+    let held = held_back(&mut *conn).await?;
+    sqlx::query_as(&format!(
         "WITH k AS (
              SELECT aggregate_type, tenant_id, aggregate_id, min(dead_lettered_at) AS at
                FROM outbox WHERE blocks_key AND dead_lettered_at IS NOT NULL
@@ -338,11 +385,11 @@ pub async fn blocked(conn: &mut PgConnection) -> sqlx::Result<Blocked> {
                 coalesce(sum((SELECT count(*) FROM outbox o
                                WHERE o.aggregate_type = k.aggregate_type
                                  AND o.tenant_id = k.tenant_id AND o.aggregate_id = k.aggregate_id
-                                 AND o.published_at IS NULL AND o.dead_lettered_at IS NULL)), 0)::bigint
+                                 AND o.published_at IS NULL AND o.dead_lettered_at IS NULL{held})), 0)::bigint
                   AS blocked_events,
                 min(at) AS oldest_blocked_at
-           FROM k",
-    )
+           FROM k"
+    ))
     .fetch_one(conn)
     .await
 }
@@ -372,25 +419,34 @@ pub struct BlockedKey {
 /// The `$1` keys blocked longest: the blocking heads from `outbox_blocking_idx` (only dead rows
 /// that block: a handful), each key's pending rows counted from `outbox_key_pending_idx` (or,
 /// with ordering switched off and that index dropped, from `outbox_ready_idx`: pending rows only
-/// either way).
-pub const BLOCKED_KEYS: &str =
-    "SELECT d.aggregate_type, d.tenant_id, d.aggregate_id, d.id AS head_id,
+/// either way; `{held}`: [`held_back`]).
+fn blocked_keys_sql(held: &str) -> String {
+    format!(
+        "SELECT d.aggregate_type, d.tenant_id, d.aggregate_id, d.id AS head_id,
         d.dead_lettered_at AS blocked_at,
         (SELECT count(*) FROM outbox o
           WHERE o.aggregate_type = d.aggregate_type AND o.tenant_id = d.tenant_id
             AND o.aggregate_id = d.aggregate_id
-            AND o.published_at IS NULL AND o.dead_lettered_at IS NULL) AS pending
+            AND o.published_at IS NULL AND o.dead_lettered_at IS NULL{held}) AS pending
    FROM outbox d
   WHERE d.blocks_key AND d.dead_lettered_at IS NOT NULL
   ORDER BY d.dead_lettered_at, d.id
-  LIMIT $1";
+  LIMIT $1"
+    )
+}
 
-/// [`BLOCKED_KEYS`]; empty on a schema without migration 6.
+/// [`blocked_keys_sql`] in queue mode (its plan is pinned by a test).
+pub static BLOCKED_KEYS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| blocked_keys_sql(""));
+
+/// The `limit` keys blocked longest ([`blocked_keys_sql`]); empty on a schema without
+/// migration 6.
 pub async fn blocked_keys(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<BlockedKey>> {
     if !migrated(conn).await? {
         return Ok(Vec::new());
     }
-    sqlx::query_as(BLOCKED_KEYS)
+    let held = held_back(&mut *conn).await?;
+    sqlx::query_as(&blocked_keys_sql(&held))
         .bind(limit)
         .fetch_all(conn)
         .await
@@ -405,14 +461,15 @@ pub async fn blocking_heads(
     if !migrated(conn).await? {
         return Ok(Default::default());
     }
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
+    let held = held_back(&mut *conn).await?;
+    let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
         "SELECT d.id, (SELECT count(*) FROM outbox o
                         WHERE o.aggregate_type = d.aggregate_type AND o.tenant_id = d.tenant_id
                           AND o.aggregate_id = d.aggregate_id
-                          AND o.published_at IS NULL AND o.dead_lettered_at IS NULL)
+                          AND o.published_at IS NULL AND o.dead_lettered_at IS NULL{held})
            FROM outbox d
-          WHERE d.blocks_key AND d.dead_lettered_at IS NOT NULL",
-    )
+          WHERE d.blocks_key AND d.dead_lettered_at IS NOT NULL"
+    ))
     .fetch_all(conn)
     .await?;
     Ok(rows.into_iter().collect())
@@ -632,6 +689,7 @@ fn claim_sql(set: &str, all: bool) -> String {
                       o.payload::text AS payload, o.headers::text AS headers, o.idempotency_key,
                       o.created_at, o.attempt_count";
     const CUT_FACTOR: i64 = 4;
+    let blocked = key_blocked("x");
     format!(
         "WITH RECURSIVE probe AS MATERIALIZED (
             SELECT o.aggregate_type, o.tenant_id, o.aggregate_id, o.id, o.ctid, o.available_at,
@@ -674,13 +732,7 @@ fn claim_sql(set: &str, all: bool) -> String {
                                                CASE WHEN x.first AND x.available_at <= now()
                                                          AND (x.locked_until IS NULL
                                                               OR x.locked_until < now())
-                                                    THEN NOT EXISTS (
-                                                        SELECT FROM outbox b
-                                                         WHERE b.blocks_key
-                                                           AND b.dead_lettered_at IS NOT NULL
-                                                           AND b.aggregate_type = x.aggregate_type
-                                                           AND b.tenant_id = x.tenant_id
-                                                           AND b.aggregate_id = x.aggregate_id)
+                                                    THEN NOT {blocked}
                                                      AND ($11 = 0 OR NOT EXISTS (
                                                         SELECT FROM outbox p
                                                          WHERE p.aggregate_type = x.aggregate_type

@@ -21,6 +21,8 @@ use uuid::Uuid;
 use super::step::{count_failures, dead_event_types, Claimed, StepOf};
 use super::{Relay, RelayEvent, Report, StepError};
 use crate::db::log::{self as sql, Advance, LogRow, LogSettle, Take};
+use crate::db::ordering::Ordering;
+use crate::db::relay::ClaimedRow;
 
 /// `--pipeline-depth` by default in log mode, for every sink: a page is fetched beside the plan
 /// of the page after it, which leaves nothing idle even for a local write (to the null sink,
@@ -81,8 +83,28 @@ struct Tail {
     /// waits for this one to settle and reads from the position.
     end: Option<(String, (String, i64))>,
     handed: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// The ordered keys whose events wait, as this page and the pages in flight before it leave
+    /// them ([`Stopped`]).
+    stopped: Option<tokio::sync::oneshot::Receiver<Stopped>>,
     /// `true`: the settle moved the position to `end`.
     settled: Option<tokio::sync::oneshot::Receiver<bool>>,
+}
+
+/// A key of ordered delivery: aggregate type, tenant, aggregate id.
+type Key = (String, Uuid, String);
+
+/// The ordered keys a page in flight leaves waiting: those of its events it did not publish
+/// (failed, given back, delayed, or waiting already), and those the pages in flight before it
+/// left waiting. The page after it publishes none of their events: its own look at the retry
+/// set ([`sql::waiting_keys`]) cannot see what the pages before it have not settled yet.
+type Stopped = std::sync::Arc<std::collections::HashSet<Key>>;
+
+fn key_of(e: &crate::db::relay::ClaimedRow) -> Key {
+    (
+        e.aggregate_type.clone(),
+        e.tenant_id,
+        e.aggregate_id.clone(),
+    )
 }
 
 /// What a step took over from the step in flight before it.
@@ -94,6 +116,7 @@ enum Before {
         hi: String,
         after: (String, i64),
         handed: tokio::sync::oneshot::Receiver<()>,
+        stopped: tokio::sync::oneshot::Receiver<Stopped>,
         settled: tokio::sync::oneshot::Receiver<bool>,
     },
 }
@@ -232,6 +255,7 @@ impl LogReader {
                 fence,
                 end: Some((hi, after)),
                 handed: Some(handed),
+                stopped: Some(stopped),
                 settled: Some(settled),
                 ..
             }) => (
@@ -240,6 +264,7 @@ impl LogReader {
                     hi,
                     after,
                     handed,
+                    stopped,
                     settled,
                 },
                 Some(fence),
@@ -256,18 +281,21 @@ impl LogReader {
         end: Option<(String, (String, i64))>,
     ) -> (
         tokio::sync::oneshot::Sender<()>,
+        tokio::sync::oneshot::Sender<Stopped>,
         tokio::sync::oneshot::Sender<bool>,
     ) {
         let (handed_tx, handed) = tokio::sync::oneshot::channel();
+        let (stopped_tx, stopped) = tokio::sync::oneshot::channel();
         let (settled_tx, settled) = tokio::sync::oneshot::channel();
         self.lock().tail = Some(Tail {
             step,
             fence,
             end,
             handed: Some(handed),
+            stopped: Some(stopped),
             settled: Some(settled),
         });
-        (handed_tx, settled_tx)
+        (handed_tx, stopped_tx, settled_tx)
     }
 
     /// A page's settle did not move the position to its end: the step that follows it (if one
@@ -347,7 +375,7 @@ impl Relay {
         // What this step follows is taken before the position is read: a step in flight that
         // ends meanwhile has settled first, so the position read after it is where it left it.
         let (n, before, before_fence) = self.log.start();
-        let (reader, window_open, read, before) = {
+        let (reader, window_open, read, before, ordered) = {
             let mut conn = self.db.hold().await?;
             if step.ctl.shutdown.is_cancelled() {
                 return Ok(report);
@@ -372,6 +400,10 @@ impl Relay {
                 }
             };
             report.events.extend(self.log.held(reader.fence));
+            // Ordered delivery's switch, as the queue modes read it (at most once a second).
+            let (ordering, changed) = conn.run(async |c| self.ordering.current(c).await).await?;
+            report.events.extend(changed);
+            let ordered = ordering.is_active().then_some(ordering);
             // Read under another lease: its settle changes nothing, so the position stands.
             let before = match before {
                 Before::Follow { .. } if before_fence != Some(reader.fence) => Before::Nothing,
@@ -391,7 +423,7 @@ impl Relay {
                 }
                 // (A step that fails before it is the tail leaves nothing to clear.)
                 Before::Nothing => {
-                    self.read_from_position(&mut conn, &reader, step, &mut report)
+                    self.read_from_position(&mut conn, &reader, step, ordered.as_ref(), &mut report)
                         .await?
                 }
             };
@@ -399,18 +431,21 @@ impl Relay {
                 Before::Follow { .. } => true,
                 Before::Nothing => reader.window_to.is_some(),
             };
-            (reader, window_open, read, before)
+            (reader, window_open, read, before, ordered)
         };
         let fence = reader.fence;
         let after_id = match &before {
             Before::Follow { after, .. } => Some(after.1),
             Before::Nothing => None,
         };
-        let (handed_before, settled_before) = match before {
+        let (handed_before, stopped_before, settled_before) = match before {
             Before::Follow {
-                handed, settled, ..
-            } => (Some(handed), Some(settled)),
-            Before::Nothing => (None, None),
+                handed,
+                stopped,
+                settled,
+                ..
+            } => (Some(handed), Some(stopped), Some(settled)),
+            Before::Nothing => (None, None, None),
         };
 
         // Where a step beside this one reads on from: after this page, within its window.
@@ -432,7 +467,7 @@ impl Relay {
             } => Some((hi.clone(), last.clone())),
             _ => None,
         };
-        let (handed_tx, settled_tx) = self.log.read(n, fence, end.clone());
+        let (handed_tx, stopped_tx, settled_tx) = self.log.read(n, fence, end.clone());
         drop(reading);
         // A planned page is fetched beside the plan of the page after it.
         let read = match read {
@@ -454,6 +489,19 @@ impl Relay {
                 }
             },
         };
+        // Ordered keys whose events wait in the retry set, or behind a dead head: one statement
+        // per page while a type is ordered, none while none is (decision 0009).
+        let waiting = match (&ordered, &read) {
+            (Some(o), Read::Log { page }) => match self.waiting_keys(o, &page.rows).await {
+                Ok(w) => w,
+                Err(e) => {
+                    self.log.break_chain();
+                    self.log.ended(n);
+                    return Err(e.into());
+                }
+            },
+            _ => std::collections::HashSet::new(),
+        };
         step.ctl.handed_over.arm(handed_tx);
 
         // What goes out now, and what the position passes without publishing it.
@@ -462,26 +510,14 @@ impl Relay {
             Read::Retry(rows) => (rows.as_slice(), !rows.is_empty()),
             Read::Log { page, .. } => (page.rows.as_slice(), page.more),
         };
-        let mut later: Vec<(i64, chrono::DateTime<chrono::Utc>)> = rows
-            .iter()
-            .filter(|r| r.live && !r.due)
-            .map(|r| (r.event.id, r.available_at))
-            .collect();
-        let publishable: Vec<_> = rows
-            .iter()
-            .filter(|r| r.live && r.due)
-            .map(|r| r.event.clone())
-            .collect();
         let last = match &read {
             Read::Log { page } => page.last.clone(),
             Read::Retry(rows) => rows.last().map(|r| (r.xid.clone(), r.event.id)),
         };
-        let claim = Claimed {
-            rows: publishable,
-            ordered_from: usize::MAX,
-            budget_reached: more,
-            event: None,
-        };
+        // A retry batch holds at most one event per ordered key (its head, `read_retries`).
+        let page_ordered = ordered
+            .as_ref()
+            .filter(|_| matches!(read, Read::Log { .. }));
         // The next page of the batch is read while this one is published: reading takes no lock,
         // and it is used only if this page's settle moves the position to just after it.
         let ahead = end.filter(|_| read_ahead_on).map(|(hi, after)| {
@@ -520,6 +556,36 @@ impl Relay {
                     return given_back(report);
                 }
             }
+            // ... and what it left waiting is known: none of those keys' events go out here.
+            let mut waiting = waiting;
+            if let Some(stopped) = stopped_before {
+                match stopped.await {
+                    Ok(keys) => waiting.extend(keys.iter().cloned()),
+                    Err(_) => return given_back(report),
+                }
+            }
+            let Split {
+                unordered,
+                ordered: in_order,
+                mut later,
+                mut stopped,
+            } = split_page(rows, page_ordered, waiting);
+            // Unordered, the page after this one needs nothing of its outcomes.
+            let mut stopped_tx = Some(stopped_tx);
+            if page_ordered.is_none() {
+                if let Some(tx) = stopped_tx.take() {
+                    let _ = tx.send(Stopped::default());
+                }
+            }
+            let ordered_from = unordered.len();
+            let ordered_ids: std::collections::HashSet<i64> =
+                in_order.iter().map(|e| e.id).collect();
+            let claim = Claimed {
+                rows: unordered.into_iter().chain(in_order).collect(),
+                ordered_from,
+                budget_reached: more,
+                event: None,
+            };
             let (claim_report, published) = self.publish_claimed(claim, step).await;
             report.events.extend(claim_report.events.iter().cloned());
             let events = std::mem::take(&mut report.events);
@@ -528,6 +594,21 @@ impl Relay {
                 ..claim_report
             };
             let (published_rows, sorted) = published.unwrap_or_default();
+            if page_ordered.is_some() {
+                let not_out = sorted.unpublished.iter().copied();
+                let not_out = not_out.chain(sorted.failures.iter().map(|f| f.id));
+                let not_out: std::collections::HashSet<i64> =
+                    not_out.filter(|id| ordered_ids.contains(id)).collect();
+                stopped.extend(
+                    published_rows
+                        .iter()
+                        .filter(|r| not_out.contains(&r.id))
+                        .map(key_of),
+                );
+                if let Some(tx) = stopped_tx.take() {
+                    let _ = tx.send(std::sync::Arc::new(stopped));
+                }
+            }
             // Settled after the page before it, and only where that one left the position: if it
             // did not move there, this page is read (and sent) again after it.
             if let Some(settled) = settled_before {
@@ -621,6 +702,7 @@ impl Relay {
         conn: &mut crate::db::session::Held<'_>,
         reader: &sql::Reader,
         step: &StepOf<'_>,
+        ordered: Option<&Ordering>,
         report: &mut Report,
     ) -> Result<Got, StepError> {
         let me = self.log.me;
@@ -637,7 +719,7 @@ impl Relay {
         let bytes = i64::try_from(self.cfg.batch_bytes).unwrap_or(i64::MAX);
         let retries = if self.log.look_at_retries() {
             let r = conn
-                .run(async |c| sql::read_retries(c, limit).await)
+                .run(async |c| sql::read_retries(c, limit, ordered).await)
                 .await?;
             self.log.retries_seen(r.is_empty());
             r
@@ -659,5 +741,155 @@ impl Relay {
             plan,
             next: reader.clone(),
         })
+    }
+}
+
+impl Relay {
+    /// [`sql::waiting_keys`] for the ordered keys of a page's live events.
+    async fn waiting_keys(
+        &self,
+        ordering: &Ordering,
+        rows: &[LogRow],
+    ) -> sqlx::Result<std::collections::HashSet<Key>> {
+        let mut keys: Vec<Key> = rows
+            .iter()
+            .filter(|r| r.live && ordering.orders(&r.event.aggregate_type))
+            .map(|r| key_of(&r.event))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return Ok(Default::default());
+        }
+        let refs: Vec<(&str, Uuid, &str)> = keys
+            .iter()
+            .map(|(t, n, a)| (t.as_str(), *n, a.as_str()))
+            .collect();
+        let found = self
+            .db
+            .run(async |c| sql::waiting_keys(c, &refs).await)
+            .await?;
+        Ok(found
+            .into_iter()
+            .filter_map(|i| keys.get(i).cloned())
+            .collect())
+    }
+}
+
+/// How a page's events go: the unordered ones as one batch, the ordered ones per key (one lane
+/// each, [`super::ordering::publish_ordered`]), the rest into the retry set.
+#[derive(Debug, Default)]
+struct Split {
+    unordered: Vec<ClaimedRow>,
+    /// Grouped by key, each key's events in the page's (xid, id) order.
+    ordered: Vec<ClaimedRow>,
+    /// Into the retry set: delayed events at their time; events of a key that waits, due now
+    /// (they wait behind the key's earlier events there, [`sql::read_retries`]).
+    later: Vec<(i64, chrono::DateTime<chrono::Utc>)>,
+    /// The ordered keys none of whose later events may go out: those that waited already, and
+    /// those this page stopped at a delayed event.
+    stopped: std::collections::HashSet<Key>,
+}
+
+/// Splits a page's live events (`ordered`: the switch while a type is ordered; `waiting`: the
+/// ordered keys whose events wait). An event of an ordered key that waits joins the retry set
+/// behind the key's earlier events; a delayed one does, at its time, and stops its key for the
+/// rest of the page.
+fn split_page(
+    rows: &[LogRow],
+    ordered: Option<&Ordering>,
+    waiting: std::collections::HashSet<Key>,
+) -> Split {
+    let now = chrono::Utc::now();
+    let mut s = Split {
+        stopped: waiting,
+        ..Split::default()
+    };
+    for r in rows.iter().filter(|r| r.live) {
+        let key = ordered
+            .filter(|o| o.orders(&r.event.aggregate_type))
+            .map(|_| key_of(&r.event));
+        match key {
+            None if r.due => s.unordered.push(r.event.clone()),
+            None => s.later.push((r.event.id, r.available_at)),
+            Some(k) if s.stopped.contains(&k) => s.later.push((r.event.id, now)),
+            Some(k) if !r.due => {
+                s.later.push((r.event.id, r.available_at));
+                s.stopped.insert(k);
+            }
+            Some(_) => s.ordered.push(r.event.clone()),
+        }
+    }
+    // Stable: each key's events stay in (xid, id) order.
+    s.ordered.sort_by(|a, b| {
+        (&a.aggregate_type, a.tenant_id, &a.aggregate_id).cmp(&(
+            &b.aggregate_type,
+            b.tenant_id,
+            &b.aggregate_id,
+        ))
+    });
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, aggregate_type: &str, aggregate_id: &str, due: bool) -> LogRow {
+        LogRow {
+            event: ClaimedRow {
+                id,
+                tenant_id: Uuid::nil(),
+                aggregate_type: aggregate_type.into(),
+                aggregate_id: aggregate_id.into(),
+                event_type: "e".into(),
+                payload: "{}".into(),
+                headers: "{}".into(),
+                idempotency_key: id.to_string(),
+                created_at: chrono::Utc::now(),
+                attempt_count: 1,
+            },
+            xid: id.to_string(),
+            due,
+            live: true,
+            available_at: chrono::DateTime::UNIX_EPOCH,
+        }
+    }
+
+    fn ids(rows: &[ClaimedRow]) -> Vec<i64> {
+        rows.iter().map(|r| r.id).collect()
+    }
+
+    #[test]
+    fn a_page_sends_an_ordered_key_up_to_its_first_delayed_event_and_none_of_a_waiting_key() {
+        let ordering = Ordering {
+            all: false,
+            types: vec!["order".into()],
+        };
+        let rows = [
+            row(1, "order", "a", true),
+            row(2, "order", "b", true),
+            row(3, "order", "a", false), // delayed: stops a
+            row(4, "order", "a", true),
+            row(5, "other", "a", false), // unordered, delayed: only itself
+            row(6, "other", "a", true),
+            row(7, "order", "w", true), // w waits already
+            row(8, "order", "b", true),
+        ];
+        let w: Key = ("order".into(), Uuid::nil(), "w".into());
+        let s = split_page(&rows, Some(&ordering), [w.clone()].into());
+        assert_eq!(ids(&s.unordered), vec![6]);
+        assert_eq!(ids(&s.ordered), vec![1, 2, 8], "by key, each in page order");
+        let later: Vec<i64> = s.later.iter().map(|(id, _)| *id).collect();
+        assert_eq!(later, vec![3, 4, 5, 7]);
+        let epoch = chrono::DateTime::UNIX_EPOCH;
+        assert_eq!(s.later[0].1, epoch, "a delayed event at its time");
+        assert_ne!(s.later[1].1, epoch, "one behind it due now");
+        let a: Key = ("order".into(), Uuid::nil(), "a".into());
+        assert_eq!(s.stopped, [a, w].into());
+        // Ordering off: the page as before.
+        let s = split_page(&rows, None, Default::default());
+        assert_eq!(ids(&s.unordered), vec![1, 2, 4, 6, 7, 8]);
+        assert!(s.ordered.is_empty() && s.stopped.is_empty());
     }
 }

@@ -333,7 +333,7 @@ async fn no_statement_of_top_scans_published_history() {
     let mut statements: Vec<(&str, &str, &str)> = outboxctl::db::top::statements().to_vec();
     statements.push((
         "blocked_keys",
-        outboxctl::db::ordering::BLOCKED_KEYS,
+        outboxctl::db::ordering::BLOCKED_KEYS.as_str(),
         "(20)",
     ));
     let mut failures = Vec::new();

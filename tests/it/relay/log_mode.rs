@@ -1116,3 +1116,307 @@ async fn what_the_log_passed_since_a_mark_is_counted_within_a_window_and_past_it
         "201-250; 7 was passed before the mark"
     );
 }
+
+/// One event of `aggregate_type`/`aggregate_id`, numbered `n` in its payload, in a transaction
+/// of its own (so the log reads them in insert order); `poison` for the consumer to refuse.
+async fn insert_keyed(db: &TestDb, aggregate_id: &str, n: i64, poison: bool) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+         VALUES ('00000000-0000-0000-0000-000000000001', 'order', $1, 'e',
+                 jsonb_build_object('n', $2::bigint, 'poison', $3::bool), gen_random_uuid()::text)
+         RETURNING id",
+    )
+    .bind(aggregate_id)
+    .bind(n)
+    .bind(poison)
+    .fetch_one(&db.pool)
+    .await
+    .expect("insert")
+}
+
+/// Per aggregate, the `n`s the consumer took, in the order it took them.
+fn taken_by_key(server: &TestServer) -> std::collections::HashMap<String, Vec<i64>> {
+    let mut by: std::collections::HashMap<String, Vec<i64>> = Default::default();
+    for r in server.accepted() {
+        let v = r.json();
+        by.entry(v["aggregate_id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(v["payload"]["n"].as_i64().unwrap());
+    }
+    by
+}
+
+/// A consumer that refuses (`status`) the events marked poison while `fail` is set, slowly: the
+/// page after a poison event's is read while the poison event is still being published, so what
+/// keeps its key's events back there is what the page in flight says, not the retry set (which
+/// that page has not reached yet).
+fn poison_consumer(
+    status: u16,
+    fail: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> TestServer {
+    let f = std::sync::Arc::clone(fail);
+    TestServer::start(0, move |r| {
+        if r.json()["payload"]["poison"] == true && f.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(300));
+            (status, vec![])
+        } else {
+            (200, vec![])
+        }
+    })
+}
+
+/// Ordered delivery in log mode, `--on-dead block`: a poison head of key `bad` holds the key's
+/// later events, in its own page (given back behind it) and in the pages after it (read while it
+/// is in flight, and after it settled), while the other keys flow; dead-lettered, it keeps
+/// holding them; requeued, the key's events arrive in order; `ordering skip` lets another key's
+/// events flow past its dead head; with `--on-dead skip` a key moves on by itself.
+#[tokio::test]
+async fn ordering_in_log_mode_holds_a_key_behind_its_poison_head_until_requeued_or_skipped() {
+    let db = TestDb::new().await;
+    // Both switches, log mode first (the other order: the next test).
+    run(&db, &["log", "enable"], 0);
+    run(&db, &["ordering", "enable", "--aggregate-type", "order"], 0);
+    let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let server = poison_consumer(422, &fail);
+    // Three per page: bad 0, bad 1 (poison), bad 2 | good 1, bad 3, good 2 | skipme 1 (poison),
+    // good 3, skipme 2 | bad 4, skipme 3.
+    let bad0 = insert_keyed(&db, "bad", 0, false).await;
+    let head = insert_keyed(&db, "bad", 1, true).await;
+    insert_keyed(&db, "bad", 2, false).await;
+    insert_keyed(&db, "good", 1, false).await;
+    insert_keyed(&db, "bad", 3, false).await;
+    insert_keyed(&db, "good", 2, false).await;
+    let skip_head = insert_keyed(&db, "skipme", 1, true).await;
+    insert_keyed(&db, "good", 3, false).await;
+    insert_keyed(&db, "skipme", 2, false).await;
+    insert_keyed(&db, "bad", 4, false).await;
+    insert_keyed(&db, "skipme", 3, false).await;
+    let relay = || db.relay(server.url()).args(["--batch-size", "3"]);
+    let first = relay().once_json();
+    assert_eq!(first["dead_lettered"], 2, "{first}");
+    let taken = taken_by_key(&server);
+    assert_eq!(taken.get("good"), Some(&vec![1, 2, 3]), "other keys flow");
+    assert_eq!(
+        taken.get("bad"),
+        Some(&vec![0]),
+        "nothing behind its dead head"
+    );
+    assert_eq!(taken.get("skipme"), None);
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_log_retry")
+            .await,
+        5,
+        "bad 2-4 and skipme 2-3 wait in the retry set"
+    );
+    let status = run_json(&db, &["ordering", "status", "--json"]);
+    assert_eq!(status["blocked_keys"], 2, "{status}");
+    // Dead and blocking: another run (no page in flight before it) sends nothing of them, nor
+    // of an event of the key written since.
+    insert_keyed(&db, "bad", 5, false).await;
+    relay().once_json();
+    assert_eq!(taken_by_key(&server).get("bad"), Some(&vec![0]));
+    // What the blocked keys hold back is what the log has not sent: not bad 0.
+    let stats = run_json(&db, &["stats", "--json"]);
+    assert_eq!(stats["blocked_keys"], 2, "{stats}");
+    assert_eq!(stats["blocked_events"], 6, "bad 2-5, skipme 2-3: {stats}");
+    let dead = run_json(&db, &["dead", "list", "--json"]);
+    let blocking = dead["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == head)
+        .map(|e| e["blocking"].clone());
+    assert_eq!(blocking, Some(4.into()), "{dead}");
+
+    // The consumer is fixed: requeue resumes the key, head first.
+    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    run(&db, &["requeue", &head.to_string()], 0);
+    relay().once_json();
+    let taken = taken_by_key(&server);
+    assert_eq!(taken.get("bad"), Some(&vec![0, 1, 2, 3, 4, 5]), "in order");
+    assert_eq!(taken.get("skipme"), None, "still blocked");
+
+    // Skip the other key's dead head: it stays dead, the rest flows.
+    run(&db, &["ordering", "skip", &skip_head.to_string()], 0);
+    relay().once_json();
+    let taken = taken_by_key(&server);
+    assert_eq!(taken.get("skipme"), Some(&vec![2, 3]));
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_log_retry")
+            .await,
+        0
+    );
+    let stats = run_json(&db, &["stats", "--json"]);
+    assert_eq!(stats["blocked_keys"], 0, "{stats}");
+    // An event the log published is not a head to skip (it carries no mark).
+    let out = run(&db, &["ordering", "skip", &bad0.to_string()], 1);
+    assert!(
+        stderr(&out).contains("is not a head to skip"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        db.count("dead_lettered_at IS NOT NULL").await,
+        1,
+        "skipme 1 only"
+    );
+
+    // --on-dead skip: the key moves on past its dead head by itself, in the same run.
+    run(
+        &db,
+        &[
+            "ordering",
+            "enable",
+            "--aggregate-type",
+            "order",
+            "--on-dead",
+            "skip",
+        ],
+        0,
+    );
+    fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    insert_keyed(&db, "self-skip", 1, true).await;
+    insert_keyed(&db, "self-skip", 2, false).await;
+    insert_keyed(&db, "self-skip", 3, false).await;
+    relay().once_json();
+    relay().once_json();
+    assert_eq!(taken_by_key(&server).get("self-skip"), Some(&vec![2, 3]));
+    let total: usize = taken_by_key(&server).values().map(Vec::len).sum();
+    assert_eq!(total, 3 + 6 + 2 + 2, "each event once");
+}
+
+/// Ordered delivery in log mode, a retried (not dead) head: its key's later events, in its page
+/// and the pages after it, wait in the retry set; once its backoff has passed it goes out, then
+/// they do, in (xid, id) order, while the other keys never waited.
+#[tokio::test]
+async fn ordering_in_log_mode_sends_a_retried_head_then_its_keys_later_events_in_order() {
+    let db = TestDb::new().await;
+    // Both switches, ordering first.
+    run(&db, &["ordering", "enable"], 0);
+    run(&db, &["log", "enable"], 0);
+    let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let f = std::sync::Arc::clone(&fail);
+    // The head fails once (a retryable 500), then is taken.
+    let server = TestServer::start(0, move |r| {
+        if r.json()["payload"]["poison"] == true
+            && f.swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            (500, vec![])
+        } else {
+            (200, vec![])
+        }
+    });
+    insert_keyed(&db, "k", 1, true).await;
+    for n in 2..=5 {
+        insert_keyed(&db, "k", n, false).await;
+        insert_keyed(&db, "other", n, false).await;
+    }
+    let args = [
+        "--batch-size",
+        "2",
+        "--backoff-base",
+        "1s",
+        "--backoff-max",
+        "1s",
+    ];
+    let first = db.relay(server.url()).args(args).once_json();
+    assert_eq!(first["retried"], 1, "{first}");
+    let taken = taken_by_key(&server);
+    assert_eq!(
+        taken.get("k"),
+        None,
+        "the key waits behind its retried head"
+    );
+    assert_eq!(taken.get("other"), Some(&vec![2, 3, 4, 5]));
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_log_retry")
+            .await,
+        5
+    );
+    wait_until(Duration::from_secs(10), "the retry comes due", || async {
+        db.scalar::<bool>(
+            "SELECT available_at <= now() FROM outbox WHERE payload ->> 'poison' = 'true'",
+        )
+        .await
+    })
+    .await;
+    let second = db.relay(server.url()).args(args).once_json();
+    assert_eq!(second["published"], 5, "{second}");
+    assert_eq!(taken_by_key(&server).get("k"), Some(&vec![1, 2, 3, 4, 5]));
+    assert_eq!(
+        db.scalar::<i64>("SELECT count(*) FROM outbox_log_retry")
+            .await,
+        0
+    );
+    let stats = run_json(&db, &["stats", "--json"]);
+    assert_eq!(
+        (&stats["ready"], &stats["scheduled"]),
+        (&0.into(), &0.into()),
+        "{stats}"
+    );
+}
+
+/// Ordered delivery's statements in log mode go by key through the retry set's key index
+/// (migration 15) and the blocking heads' index, never a scan of the outbox or of the retry set
+/// (which grows while a blocked key's events wait), as custom and as generic plans, with the
+/// relay's planner settings.
+#[tokio::test]
+async fn ordering_in_log_mode_reads_the_retry_set_by_key() {
+    use crate::support::plans::{explain_custom_and_generic, plan_nodes};
+    let db = TestDb::new().await;
+    run(&db, &["log", "enable"], 0);
+    db.exec(
+        "INSERT INTO outbox (tenant_id, aggregate_type, aggregate_id, event_type, payload, idempotency_key)
+         SELECT '00000000-0000-0000-0000-000000000001', 'order', (g % 500)::text, 'e', '{}', g::text
+           FROM generate_series(1, 20000) g;
+         INSERT INTO outbox_log_retry (id, available_at) SELECT id, now() FROM outbox WHERE id % 10 = 0;
+         UPDATE outbox SET dead_lettered_at = now(), blocks_key = true WHERE id = 5;
+         ANALYZE outbox; ANALYZE outbox_log_retry",
+    )
+    .await;
+    let (with_keys, without): (i64, i64) = db
+        .row("SELECT count(aggregate_id), count(*) FILTER (WHERE aggregate_id IS NULL) FROM outbox_log_retry")
+        .await;
+    assert_eq!(
+        (with_keys, without),
+        (2000, 0),
+        "the trigger fills every entry's key"
+    );
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET enable_seqscan = off; SET jit = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let statements = [
+        (
+            "waiting_keys",
+            outboxctl::db::log::waiting_keys_sql(),
+            "('{order,order}'::text[], '{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000001}'::uuid[], '{1,50}'::text[])",
+        ),
+        (
+            "read_retries",
+            outboxctl::db::log::read_retries_sql(true),
+            "(500, true, '{}'::text[])",
+        ),
+    ];
+    for (name, sql, args) in statements {
+        for (mode, plan) in explain_custom_and_generic(&mut conn, name, &sql, args).await {
+            let nodes = plan_nodes(&plan[0]["Plan"]);
+            let scans: Vec<String> = nodes
+                .iter()
+                .filter(|n| n["Node Type"] == "Seq Scan")
+                .map(|n| n["Relation Name"].to_string())
+                .collect();
+            let indexes: std::collections::BTreeSet<&str> = nodes
+                .iter()
+                .filter_map(|n| n["Index Name"].as_str())
+                .collect();
+            assert!(scans.is_empty(), "{name} ({mode}) scans {scans:?}: {plan}");
+            assert!(
+                indexes.contains("outbox_log_retry_key_idx")
+                    && indexes.contains("outbox_blocking_idx"),
+                "{name} ({mode}): {indexes:?}"
+            );
+        }
+    }
+}
