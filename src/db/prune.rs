@@ -229,18 +229,20 @@ pub const DELETE_PUBLISHED: &str = delete_outbox_before!("published_at", "");
 /// Events published before the cutoff, oldest first. Reads a range of `outbox_published_at_idx`.
 pub const PUBLISHED: Table<DateTime<Utc>> = Table::new("published", DELETE_PUBLISHED);
 
-/// Log mode (migration 14): an event `o` the log has published, below its position: one the
-/// log has passed (`passed!`, declared once in `db::log`) whose transaction is also below the
-/// position's xmin, that is not waiting in the retry set, and that carries no mark
-/// (`published_at` or `dead_lettered_at`: those go by [`PUBLISHED`] and [`DEAD`]). The xmin
-/// bound is a range of `outbox_xid_idx`, oldest transaction first (a batch resumes at the last
-/// transaction id it deleted); it leaves for a later run the events passed inside the
-/// position's xip list or in the window being read. It has no publication time, so retention
-/// goes by `created_at`.
+/// Log mode (migration 14): an event `o` the log has published: one the log has passed
+/// (`passed!`, declared once in `db::log`) that is not waiting in the retry set and carries no
+/// mark (`published_at` or `dead_lettered_at`: those go by [`PUBLISHED`] and [`DEAD`]). Its
+/// transaction is below the xmax of the newest snapshot the log read (the window's, else the
+/// position's), a range of `outbox_xid_idx`, oldest transaction first (a batch resumes at the
+/// last transaction id it deleted). Not the position's xmin: any transaction open in the cluster
+/// when the reader took its snapshot holds that back, and prune then found nothing the log had
+/// just published
+/// (`relay::log_mode::prune_deletes_what_the_log_published_while_an_older_transaction_is_open_elsewhere`).
+/// It has no publication time, so retention goes by `created_at`.
 macro_rules! published_by_log {
     () => {
         concat!(
-            "o.xid < pg_snapshot_xmin(l.position) AND ",
+            "o.xid < pg_snapshot_xmax(coalesce(l.window_to, l.position)) AND ",
             passed!("l"),
             "
                 AND o.created_at < $1 AND o.published_at IS NULL AND o.dead_lettered_at IS NULL

@@ -507,6 +507,34 @@ async fn prune_deletes_what_the_log_published_and_keeps_what_it_has_not_sent() {
     assert_eq!(ids_in_file(&out).len(), 9);
 }
 
+/// Prune goes by what the log passed, not by the oldest transaction running when the reader read:
+/// a transaction open elsewhere in the cluster (another application's, a long report, another
+/// test's migration) holds back the position's xmin, and prune bounded by it deleted none of what
+/// the log had just published.
+#[tokio::test]
+async fn prune_deletes_what_the_log_published_while_an_older_transaction_is_open_elsewhere() {
+    use sqlx::Connection;
+    let db = TestDb::new().await;
+    run(&db, &["log", "enable"], 0);
+    // A connection of its own: dropping it (also on a failed assertion) ends the transaction.
+    let mut other = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut other_tx = other.begin().await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut *other_tx)
+        .await
+        .unwrap();
+    db.seed_ready(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = file(&dir, "out.jsonl");
+    assert_eq!(db.relay(sink(&out)).once_json()["published"], 3);
+    db.exec("UPDATE outbox SET created_at = now() - interval '2 days'")
+        .await;
+    let report = run_json(&db, &["prune", "--older-than", "1d", "--json"]);
+    other_tx.rollback().await.unwrap();
+    assert_eq!(report["deleted"], 3, "{report}");
+    assert_eq!(db.count("true").await, 0);
+}
+
 /// Events pending when log mode was switched on are queue mode's part: their transactions are
 /// below the position, but the log has not passed them; the first reader hands them over to the
 /// retry set and sends them. Until then prune keeps them, however old.
