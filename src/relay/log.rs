@@ -99,12 +99,14 @@ type Key = (String, Uuid, String);
 /// set ([`sql::waiting_keys`]) cannot see what the pages before it have not settled yet.
 type Stopped = std::sync::Arc<std::collections::HashSet<Key>>;
 
-fn key_of(e: &crate::db::relay::ClaimedRow) -> Key {
-    (
-        e.aggregate_type.clone(),
-        e.tenant_id,
-        e.aggregate_id.clone(),
-    )
+/// An event's key, borrowed (to sort and look up by) and owned ([`Key`]).
+fn key_ref(e: &ClaimedRow) -> (&str, Uuid, &str) {
+    (&e.aggregate_type, e.tenant_id, &e.aggregate_id)
+}
+
+fn key_of(e: &ClaimedRow) -> Key {
+    let (t, n, a) = key_ref(e);
+    (t.to_owned(), n, a.to_owned())
 }
 
 /// What a step took over from the step in flight before it.
@@ -821,13 +823,7 @@ fn split_page(
         }
     }
     // Stable: each key's events stay in (xid, id) order.
-    s.ordered.sort_by(|a, b| {
-        (&a.aggregate_type, a.tenant_id, &a.aggregate_id).cmp(&(
-            &b.aggregate_type,
-            b.tenant_id,
-            &b.aggregate_id,
-        ))
-    });
+    s.ordered.sort_by(|a, b| key_ref(a).cmp(&key_ref(b)));
     s
 }
 
